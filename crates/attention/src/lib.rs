@@ -1,0 +1,1 @@
+//! Self-attention from first principles (work in progress).

@@ -1,0 +1,1 @@
+//! Labelled heatmaps and charts (work in progress).
