@@ -1,1 +1,142 @@
-fn main() {}
+//! The book's build and test commands, in Rust so that they need nothing but cargo.
+//!
+//! ```text
+//! cargo xtask book [--no-serve] [--open]   regenerate the figures, build the book, serve it
+//! cargo xtask test                          every test: cargo test, mdbook test, book integrity
+//! cargo xtask tools                         install the pinned mdBook tools (done by both above)
+//! cargo xtask deps                          build the link directory for `mdbook test -L`
+//! cargo xtask figures                       run every chapter example (writes book/img/)
+//! cargo xtask check-book                    check an existing build in target/book/html
+//! ```
+
+mod deps;
+mod integrity;
+mod run;
+mod tools;
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use run::{Cmd, Result};
+
+const USAGE: &str = "usage: cargo xtask <book [--no-serve] [--open] | test | tools | deps | figures | check-book>";
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    match dispatch(&args) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn dispatch(args: &[String]) -> Result<()> {
+    let root = workspace_root();
+    let (task, flags) = args.split_first().ok_or(USAGE)?;
+    let allowed: &[&str] = match task.as_str() {
+        "book" => &["--no-serve", "--open"],
+        _ => &[],
+    };
+    if let Some(bad) = flags.iter().find(|f| !allowed.contains(&f.as_str())) {
+        return Err(format!("unknown option `{bad}` for `{task}`\n{USAGE}").into());
+    }
+    let has = |flag: &str| flags.iter().any(|f| f == flag);
+    match task.as_str() {
+        "book" => book(&root, !has("--no-serve"), has("--open")),
+        "test" => test(&root),
+        "tools" => tools::ensure().map(|_| ()),
+        "deps" => deps::build_link_dir(&root).map(|dir| println!("{}", dir.display())),
+        "figures" => figures(&root),
+        "check-book" => integrity::check_book(&root),
+        _ => Err(USAGE.into()),
+    }
+}
+
+/// The repository root: two levels above this crate's manifest.
+fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .ancestors()
+        .nth(2)
+        .expect("crates/xtask sits two levels below the workspace root")
+        .to_path_buf()
+}
+
+/// Command 1: everything the book needs, then the rendered book.
+fn book(root: &Path, serve: bool, open: bool) -> Result<()> {
+    let bin = tools::ensure()?;
+    figures(root)?;
+    Cmd::new(bin.join("mdbook")).arg("build").tools(&bin).cwd(root).run()?;
+    let index = root.join("target/book/html/index.html");
+    println!("\nThe book is built: {}", index.display());
+    if serve {
+        println!("Serving it at http://localhost:3000 (Ctrl-C to stop).");
+        let mut cmd = Cmd::new(bin.join("mdbook")).arg("serve").tools(&bin).cwd(root);
+        if open {
+            cmd = cmd.arg("--open");
+        }
+        cmd.run()?;
+    }
+    Ok(())
+}
+
+/// Command 2: every test there is.
+fn test(root: &Path) -> Result<()> {
+    let bin = tools::ensure()?;
+    step("cargo test --workspace (unit, integration and doc tests)");
+    Cmd::new("cargo").args(["test", "--workspace"]).cwd(root).run()?;
+    step("mdbook test (every snippet in the book)");
+    let link_dir = deps::build_link_dir(root)?;
+    Cmd::new(bin.join("mdbook"))
+        .arg("test")
+        .arg("-L")
+        .arg(&link_dir)
+        .tools(&bin)
+        .cwd(root)
+        .run()?;
+    step("mdbook build + link check + integrity check");
+    Cmd::new(bin.join("mdbook")).arg("build").tools(&bin).cwd(root).run()?;
+    integrity::check_book(root)?;
+    println!("\nall checks passed: cargo test, mdbook test, book build, link and integrity checks");
+    Ok(())
+}
+
+/// Runs every chapter example (`examples/chNN_*.rs`) in release mode; each writes its figures
+/// into `book/img/`.
+fn figures(root: &Path) -> Result<()> {
+    let examples = chapter_examples(root)?;
+    step(&format!("regenerating figures ({} chapter examples)", examples.len()));
+    for name in examples {
+        Cmd::new("cargo")
+            .args(["run", "--quiet", "--release", "--example", &name])
+            .cwd(root)
+            .quiet_stdout()
+            .run()?;
+        println!("  {name}: done");
+    }
+    Ok(())
+}
+
+/// The names of the chapter examples, sorted: `ch01_embeddings`, `ch02_...`.
+fn chapter_examples(root: &Path) -> Result<Vec<String>> {
+    let dir = root.join("examples");
+    let mut names = Vec::new();
+    for entry in std::fs::read_dir(&dir).map_err(|e| format!("cannot read {}: {e}", dir.display()))? {
+        let path = entry?.path();
+        let Some(stem) = path.file_stem().and_then(|s| s.to_str()) else { continue };
+        let is_chapter = stem.len() > 4
+            && stem.starts_with("ch")
+            && stem[2..4].bytes().all(|b| b.is_ascii_digit())
+            && path.extension().is_some_and(|e| e == "rs");
+        if is_chapter {
+            names.push(stem.to_string());
+        }
+    }
+    names.sort();
+    Ok(names)
+}
+
+fn step(what: &str) {
+    println!("\n==> {what}");
+}
