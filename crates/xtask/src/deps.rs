@@ -65,10 +65,12 @@ fn library_files(messages: &str) -> Result<Vec<PathBuf>> {
     Ok(files)
 }
 
-/// `libndarray-1a2b3c.rlib` -> `ndarray`.
+/// `libndarray-1a2b3c.rlib` -> `ndarray`; `libattention.rlib` (a workspace member, which
+/// cargo reports without a hash) -> `attention`.
 fn crate_name(file: &str) -> &str {
     let stem = file.strip_prefix("lib").unwrap_or(file);
-    stem.rsplit_once('-').map_or(stem, |(name, _hash)| name)
+    let stem = stem.split_once('.').map_or(stem, |(stem, _ext)| stem);
+    stem.split_once('-').map_or(stem, |(name, _hash)| name)
 }
 
 #[cfg(test)]
@@ -79,6 +81,7 @@ mod tests {
     fn crate_names_drop_prefix_and_hash() {
         assert_eq!(crate_name("libndarray_rand-0123abcd.rlib"), "ndarray_rand");
         assert_eq!(crate_name("libthiserror_impl-99.so"), "thiserror_impl");
+        assert_eq!(crate_name("libattention.rlib"), "attention");
     }
 
     #[test]
