@@ -1,1 +1,43 @@
-//! Labelled heatmaps and charts (work in progress).
+//! Labelled heatmaps, heatmap grids and line charts for the book "Attention, Step by Step".
+//!
+//! This crate knows nothing about attention: it draws matrices with labels and series of
+//! points, as PNG files sized to be read at 100% zoom in the book (text of about 15 px, white
+//! background). It draws with [plotters] and an embedded DejaVu Sans, so it needs no system
+//! fonts, and it is deterministic: the same input gives the same PNG bytes on every run, which
+//! is what lets the book's tests check that committed figures are up to date.
+//!
+//! - [`Heatmap`]: one annotated matrix with a colour bar ([`ColorScheme`], [`ValueRange`]).
+//! - [`HeatmapGrid`] of [`Panel`]s: several matrices with one shared colour scale.
+//! - [`LineChart`]: named series on linear or log axes ([`Axis`]).
+//!
+//! Every drawing method returns a [`Result`] with a [`FigureError`] that names the problem;
+//! nothing panics on bad input.
+//!
+//! ```
+//! use figures::{Heatmap, ValueRange};
+//! use ndarray::array;
+//!
+//! let dir = tempfile::tempdir()?;
+//! let weights = array![[0.7, 0.2, 0.1], [0.1, 0.8, 0.1], [0.3, 0.3, 0.4]];
+//! Heatmap::new(&weights)
+//!     .labels(&["The", "cat", "sat"])
+//!     .title("Attention weights")
+//!     .colorbar_label("attention weight")
+//!     .range(ValueRange::Fixed(0.0, 1.0))
+//!     .save(dir.path().join("weights.png"))?;
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+#![doc(test(attr(deny(warnings))))]
+#![warn(missing_docs)]
+
+mod canvas;
+mod color;
+mod error;
+mod heatmap;
+mod line;
+mod ticks;
+
+pub use color::{ColorScheme, ValueRange};
+pub use error::{FigureError, Result};
+pub use heatmap::{ANNOTATE_MAX, Heatmap, HeatmapGrid, Panel, TARGET_WIDTH};
+pub use line::{Axis, LineChart};

@@ -1,0 +1,107 @@
+//! Renders a sample of every kind of figure into a directory and times it:
+//! `cargo run --release -p figures --example gallery -- /tmp/gallery`.
+
+use std::time::Instant;
+
+use figures::{ColorScheme, Heatmap, HeatmapGrid, Panel, ValueRange};
+use ndarray::Array2;
+
+/// A deterministic pseudo-random matrix (no RNG crate needed here).
+fn matrix(rows: usize, cols: usize, seed: u64) -> Array2<f64> {
+    let mut state = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+    Array2::from_shape_fn((rows, cols), |_| {
+        state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        ((state >> 33) as f64 / (1u64 << 31) as f64) * 2.0 - 1.0
+    })
+}
+
+/// Row-wise softmax of `scores * sharpness`, with `-inf` where `allowed` is false.
+fn softmax(scores: &Array2<f64>, sharpness: f64, causal: bool) -> Array2<f64> {
+    let mut w = scores * sharpness;
+    for (i, mut row) in w.rows_mut().into_iter().enumerate() {
+        if causal {
+            row.iter_mut().skip(i + 1).for_each(|v| *v = f64::NEG_INFINITY);
+        }
+        let m = row.fold(f64::NEG_INFINITY, |a, &b| a.max(b));
+        row.mapv_inplace(|v| (v - m).exp());
+        let s = row.sum();
+        row.mapv_inplace(|v| v / s);
+    }
+    w
+}
+
+fn time<T>(what: &str, f: impl FnOnce() -> T) -> T {
+    let t = Instant::now();
+    let out = f();
+    println!("{what:<40} {:>8.1} ms", t.elapsed().as_secs_f64() * 1e3);
+    out
+}
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let dir = std::path::PathBuf::from(std::env::args().nth(1).unwrap_or_else(|| "/tmp/gallery".into()));
+    std::fs::create_dir_all(&dir)?;
+    let tokens = ["The", "cat", "sat", "on", "the", "mat"];
+    let s6 = matrix(6, 6, 1) * 3.0;
+    let w6 = softmax(&s6, 1.0, false);
+    let c6 = softmax(&s6, 1.0, true);
+    let allowed = Array2::from_shape_fn((6, 6), |(i, j)| j <= i);
+
+    time("heatmap 6x6 (weights)", || {
+        Heatmap::new(&w6)
+            .labels(&tokens)
+            .title("Attention weights\n(row i: how token i attends to every token)")
+            .colorbar_label("attention weight")
+            .range(ValueRange::Fixed(0.0, 1.0))
+            .precision(3)
+            .save(dir.join("weights6.png"))
+    })?;
+    let mut masked_scores = s6.clone();
+    masked_scores.indexed_iter_mut().filter(|((i, j), _)| j > i).for_each(|(_, v)| *v = f64::NEG_INFINITY);
+    time("heatmap 6x6 (scores, diverging, -inf)", || {
+        Heatmap::new(&masked_scores)
+            .labels(&tokens)
+            .title("Causal scores")
+            .scheme(ColorScheme::Diverging)
+            .colorbar_label("score")
+            .save(dir.join("scores6.png"))
+    })?;
+    let long = ["attending", "to", "representations", "of", "tokens", "here"];
+    time("heatmap 6x6 (long labels)", || {
+        Heatmap::new(&c6).labels(&long).allowed(&allowed).colorbar_label("attention weight").save(dir.join("long6.png"))
+    })?;
+    let s64 = matrix(64, 64, 2) * 4.0;
+    let w64 = softmax(&s64, 1.0, true);
+    let a64 = Array2::from_shape_fn((64, 64), |(i, j)| j <= i);
+    time("heatmap 64x64", || {
+        Heatmap::new(&w64).title("64 tokens, causal").allowed(&a64).colorbar_label("attention weight").save(dir.join("w64.png"))
+    })?;
+    time("grid standard vs causal", || {
+        HeatmapGrid::new()
+            .title("Standard vs causal self-attention")
+            .panel(Panel::new(&w6).title("standard").labels(&tokens))
+            .panel(Panel::new(&c6).title("causal").labels(&tokens).allowed(&allowed))
+            .range(ValueRange::Fixed(0.0, 1.0))
+            .colorbar_label("attention weight")
+            .save(dir.join("pair.png"))
+    })?;
+    time("grid 8 heads 6x6", || {
+        let mut g = HeatmapGrid::new().title("Eight heads").colorbar_label("attention weight").range(ValueRange::Fixed(0.0, 1.0));
+        for h in 0..8 {
+            let w = softmax(&(matrix(6, 6, 10 + h) * 3.0), 1.0, false);
+            g = g.panel(Panel::new(&w).title(format!("head {h}")).labels(&tokens));
+        }
+        g.save(dir.join("heads8.png"))
+    })?;
+    let emb = matrix(3, 4, 5);
+    time("heatmap 3x4 embeddings", || {
+        Heatmap::new(&emb)
+            .row_labels(&["The", "cat", "sat"])
+            .col_labels(&["d0", "d1", "d2", "d3"])
+            .row_title("token")
+            .col_title("embedding dimension")
+            .scheme(ColorScheme::Diverging)
+            .title("Embeddings")
+            .save(dir.join("emb.png"))
+    })?;
+    Ok(())
+}

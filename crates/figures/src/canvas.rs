@@ -1,0 +1,234 @@
+//! A white RGB canvas with the embedded font, pixel-exact text placement and PNG output.
+//!
+//! Everything in this crate draws through these helpers: plotters' bitmap backend holds the
+//! pixels and draws the shapes; text is laid out and rasterised here with ab_glyph (the
+//! rasteriser plotters' `ab_glyph` feature uses), from the DejaVu Sans embedded in the binary.
+//! Plotters' own ab_glyph text path drops each glyph's left side bearing and rounds every
+//! advance, which gives visibly uneven letter spacing ("Th e"); laying glyphs out here keeps
+//! kerning and sub-pixel positions, and places text by its visual box. The buffer is encoded as
+//! a PNG with fixed settings, so that the same figure always gives the same bytes.
+
+use std::path::Path;
+use std::sync::OnceLock;
+
+use ab_glyph::{Font as _, FontRef, PxScale, ScaleFont, point};
+use plotters::prelude::*;
+
+use crate::error::{FigureError, Result};
+
+static REGULAR: &[u8] = include_bytes!("../fonts/DejaVuSans.ttf");
+static BOLD: &[u8] = include_bytes!("../fonts/DejaVuSans-Bold.ttf");
+
+/// The largest side, in pixels, of any figure.
+pub(crate) const MAX_SIDE: u32 = 8000;
+
+/// The embedded fonts, parsed once per process.
+fn face(bold: bool) -> Result<&'static FontRef<'static>> {
+    static FACES: OnceLock<Option<(FontRef<'static>, FontRef<'static>)>> = OnceLock::new();
+    let faces = FACES.get_or_init(|| Some((FontRef::try_from_slice(REGULAR).ok()?, FontRef::try_from_slice(BOLD).ok()?)));
+    let (regular, bold_face) = faces
+        .as_ref()
+        .ok_or_else(|| FigureError::Draw("the embedded DejaVu Sans font could not be read".into()))?;
+    Ok(if bold { bold_face } else { regular })
+}
+
+/// A text size and weight. `px` is the ab_glyph scale: ascent + descent in pixels; the em (what
+/// CSS calls the font size) is 0.86 of it, so `px = 17` reads like a 14.6 px web font.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Font {
+    pub px: f32,
+    pub bold: bool,
+}
+
+/// Where each glyph of a line goes: (glyph, x of its origin), and the line's total advance.
+type Line = (Vec<(ab_glyph::GlyphId, f32)>, f32);
+
+impl Font {
+    pub const fn regular(px: f32) -> Self {
+        Font { px, bold: false }
+    }
+    pub const fn bold(px: f32) -> Self {
+        Font { px, bold: true }
+    }
+    /// Lays out one line: glyph positions with kerning, and the advance width.
+    fn layout(self, text: &str) -> Result<Line> {
+        let font = face(self.bold)?.as_scaled(PxScale::from(self.px));
+        let mut caret = 0.0f32;
+        let mut prev = None;
+        let mut glyphs = Vec::with_capacity(text.len());
+        for c in text.chars() {
+            let id = font.glyph_id(c);
+            if let Some(p) = prev {
+                caret += font.kern(p, id);
+            }
+            glyphs.push((id, caret));
+            caret += font.h_advance(id);
+            prev = Some(id);
+        }
+        Ok((glyphs, caret))
+    }
+    /// The advance width of one line of `text` in whole pixels.
+    pub fn width(self, text: &str) -> i32 {
+        self.layout(text).map_or(0, |(_, w)| w.ceil() as i32)
+    }
+    /// The widest line of `text`.
+    pub fn block_width(self, text: &str) -> i32 {
+        text.lines().map(|l| self.width(l)).max().unwrap_or(0)
+    }
+    /// Height of one line box (ascent + descent).
+    pub fn line_height(self) -> i32 {
+        self.px.ceil() as i32
+    }
+    /// Height of `lines` lines with 15% leading.
+    pub fn block_height(self, lines: usize) -> i32 {
+        if lines == 0 {
+            return 0;
+        }
+        (self.px * (1.0 + 1.15 * (lines - 1) as f32)).ceil() as i32
+    }
+}
+
+/// Horizontal placement of text relative to the given x.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) enum Align {
+    Start,
+    Center,
+    End,
+}
+
+/// Vertical placement: `Top` puts the top of the line box (ascent) at y, `Middle` centres the
+/// capital letters and digits on y.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) enum Baseline {
+    Top,
+    Middle,
+}
+
+/// The drawing area type used everywhere.
+pub(crate) type Area<'b> = DrawingArea<BitMapBackend<'b>, plotters::coord::Shift>;
+
+/// Maps a plotters error into ours.
+pub(crate) fn draw_err<E: std::error::Error + Send + Sync>(
+    e: plotters::drawing::DrawingAreaErrorKind<E>,
+) -> FigureError {
+    FigureError::Draw(e.to_string())
+}
+
+/// Draws one line of text. `(x, y)` is the anchor; `up` rotates the text to read bottom to top
+/// (then `align` runs along the vertical and `baseline` across it, with "top" facing left).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn text(
+    area: &Area,
+    s: &str,
+    (x, y): (i32, i32),
+    font: Font,
+    color: RGBColor,
+    align: Align,
+    baseline: Baseline,
+    up: bool,
+) -> Result<()> {
+    if s.is_empty() {
+        return Ok(());
+    }
+    let face = face(font.bold)?;
+    let scaled = face.as_scaled(PxScale::from(font.px));
+    let (glyphs, advance) = font.layout(s)?;
+    let start = match align {
+        Align::Start => 0.0,
+        Align::Center => -advance / 2.0,
+        Align::End => -advance,
+    }
+    .round();
+    // Baseline position, measured from the anchor across the text.
+    let base = match baseline {
+        Baseline::Top => scaled.ascent(),
+        Baseline::Middle => {
+            let cap = face.glyph_id('H').with_scale(font.px);
+            face.outline_glyph(cap).map_or(scaled.ascent() * 0.9, |o| -o.px_bounds().min.y) / 2.0
+        }
+    }
+    .round();
+    for (id, gx) in glyphs {
+        let glyph = id.with_scale_and_position(font.px, point(gx + start, base));
+        let Some(outline) = face.outline_glyph(glyph) else { continue };
+        let b = outline.px_bounds();
+        let mut result = Ok(());
+        outline.draw(|px, py, coverage| {
+            // (u, v): position in the unrotated line, relative to the anchor.
+            let (u, v) = (b.min.x as i32 + px as i32, b.min.y as i32 + py as i32);
+            let at = if up { (x + v, y - u) } else { (x + u, y + v) };
+            if result.is_ok() && coverage > 0.0 {
+                result = area.draw_pixel(at, &color.mix(coverage.min(1.0) as f64)).map_err(draw_err);
+            }
+        });
+        result?;
+    }
+    Ok(())
+}
+
+/// Draws several lines (split on `\n`), the first line's top at `y`, each aligned on x.
+pub(crate) fn text_block(
+    area: &Area,
+    s: &str,
+    (x, y): (i32, i32),
+    font: Font,
+    color: RGBColor,
+    align: Align,
+) -> Result<()> {
+    for (i, line) in s.lines().enumerate() {
+        let top = y + (font.px * 1.15 * i as f32).round() as i32;
+        text(area, line, (x, top), font, color, align, Baseline::Top, false)?;
+    }
+    Ok(())
+}
+
+/// A filled rectangle covering the pixels `x0..x1`, `y0..y1`.
+pub(crate) fn fill(area: &Area, (x0, y0): (i32, i32), (x1, y1): (i32, i32), c: RGBColor) -> Result<()> {
+    // The bitmap backend's filled rectangles exclude their bottom-right corner.
+    area.draw(&Rectangle::new([(x0, y0), (x1, y1)], c.filled()))
+        .map_err(draw_err)
+}
+
+/// A one-pixel outline just inside `x0..x1`, `y0..y1`.
+pub(crate) fn outline(area: &Area, (x0, y0): (i32, i32), (x1, y1): (i32, i32), c: RGBColor) -> Result<()> {
+    area.draw(&Rectangle::new([(x0, y0), (x1 - 1, y1 - 1)], c.stroke_width(1)))
+        .map_err(draw_err)
+}
+
+/// Renders a `width`×`height` white canvas with `draw` and returns the PNG bytes.
+pub(crate) fn render_png(width: u32, height: u32, draw: impl FnOnce(&Area) -> Result<()>) -> Result<Vec<u8>> {
+    if width > MAX_SIDE || height > MAX_SIDE {
+        return Err(FigureError::TooLarge { width, height, limit: MAX_SIDE });
+    }
+    let mut buf = vec![255u8; width as usize * height as usize * 3];
+    {
+        let area = BitMapBackend::with_buffer(&mut buf, (width, height)).into_drawing_area();
+        draw(&area)?;
+        area.present().map_err(draw_err)?;
+    }
+    encode_png(&buf, width, height)
+}
+
+/// Encodes an RGB buffer as PNG with fixed settings (no time stamp, no metadata).
+fn encode_png(rgb: &[u8], width: u32, height: u32) -> Result<Vec<u8>> {
+    let mut out = Vec::new();
+    let mut enc = png::Encoder::new(&mut out, width, height);
+    enc.set_color(png::ColorType::Rgb);
+    enc.set_depth(png::BitDepth::Eight);
+    enc.set_compression(png::Compression::Best);
+    enc.set_filter(png::FilterType::Paeth);
+    enc.set_adaptive_filter(png::AdaptiveFilterType::Adaptive);
+    let png_err = |e: png::EncodingError| FigureError::Draw(format!("PNG encoding: {e}"));
+    let mut writer = enc.write_header().map_err(png_err)?;
+    writer.write_image_data(rgb).map_err(png_err)?;
+    writer.finish().map_err(png_err)?;
+    Ok(out)
+}
+
+/// Writes PNG bytes to `path`, which must end in `.png`; the directory must exist.
+pub(crate) fn write_png(path: &Path, bytes: &[u8]) -> Result<()> {
+    if !path.extension().is_some_and(|e| e.eq_ignore_ascii_case("png")) {
+        return Err(FigureError::NotPng { path: path.to_path_buf() });
+    }
+    std::fs::write(path, bytes).map_err(|source| FigureError::Write { path: path.to_path_buf(), source })
+}

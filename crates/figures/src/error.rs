@@ -1,0 +1,126 @@
+//! The one error type of this crate.
+
+use std::path::PathBuf;
+
+/// Everything that can go wrong when drawing a figure.
+///
+/// Every message names what is wrong with the input, so that it can be shown to a reader as is:
+///
+/// ```
+/// use figures::{FigureError, Heatmap};
+/// use ndarray::array;
+///
+/// let dir = tempfile::tempdir()?;
+/// let err = Heatmap::new(&array![[0.5, 0.5], [0.1, 0.9]])
+///     .row_labels(&["only one"])
+///     .save(dir.path().join("w.png"))
+///     .unwrap_err();
+/// assert!(matches!(err, FigureError::LabelCount { .. }));
+/// assert_eq!(err.to_string(), "1 row label for a matrix with 2 rows");
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum FigureError {
+    /// A matrix with no rows or no columns.
+    #[error("{what} is empty ({rows}×{cols}): there is nothing to draw")]
+    EmptyMatrix {
+        /// Which matrix ("the matrix", "panel 2").
+        what: String,
+        /// Its number of rows.
+        rows: usize,
+        /// Its number of columns.
+        cols: usize,
+    },
+    /// The number of labels does not match the matrix.
+    #[error("{labels} {axis} label{s} for a matrix with {len} {axis}s", s = if *labels == 1 { "" } else { "s" })]
+    LabelCount {
+        /// `"row"` or `"column"`.
+        axis: &'static str,
+        /// How many labels were given.
+        labels: usize,
+        /// How many rows or columns the matrix has.
+        len: usize,
+    },
+    /// A mask whose shape differs from the matrix it masks.
+    #[error("the mask is {mask_rows}×{mask_cols} but the matrix is {rows}×{cols}")]
+    MaskShape {
+        /// Rows of the mask.
+        mask_rows: usize,
+        /// Columns of the mask.
+        mask_cols: usize,
+        /// Rows of the matrix.
+        rows: usize,
+        /// Columns of the matrix.
+        cols: usize,
+    },
+    /// A NaN or infinite value in a cell that is not masked (−∞ counts as masked).
+    #[error("{what} has the value {value} at row {row}, column {col}: only finite values can be coloured (mask the cell to draw it as masked)")]
+    NonFinite {
+        /// Which matrix ("the matrix", "panel 2").
+        what: String,
+        /// Row of the cell (from 0).
+        row: usize,
+        /// Column of the cell (from 0).
+        col: usize,
+        /// The offending value.
+        value: f64,
+    },
+    /// A colour range whose bounds are not finite or not increasing.
+    #[error("the colour range [{low}, {high}] is invalid: it needs finite bounds with low < high")]
+    BadRange {
+        /// The lower bound given.
+        low: f64,
+        /// The upper bound given.
+        high: f64,
+    },
+    /// A grid with no panels, a line chart with no series, or a series with no points.
+    #[error("{0}")]
+    Nothing(String),
+    /// A grid asked to lay out its panels in 0 columns.
+    #[error("a grid needs at least one column of panels")]
+    ZeroColumns,
+    /// A point that cannot be drawn (not finite, or not positive on a log axis).
+    #[error("series \"{series}\" has the point ({x}, {y}), which cannot be drawn: {why}")]
+    BadPoint {
+        /// The series' name.
+        series: String,
+        /// x of the point.
+        x: f64,
+        /// y of the point.
+        y: f64,
+        /// Why not ("x must be positive on a log axis").
+        why: &'static str,
+    },
+    /// The figure would be too large to be useful (and to hold in memory).
+    #[error("the figure would be {width}×{height} pixels, more than the limit of {limit} on a side")]
+    TooLarge {
+        /// Computed width in pixels.
+        width: u32,
+        /// Computed height in pixels.
+        height: u32,
+        /// The limit on either side.
+        limit: u32,
+    },
+    /// The output path does not end in `.png`.
+    #[error("cannot write {}: figures are written as PNG, so the file name must end in .png", path.display())]
+    NotPng {
+        /// The path given.
+        path: PathBuf,
+    },
+    /// The PNG file could not be written.
+    #[error("cannot write {}: {source}", path.display())]
+    Write {
+        /// The path given.
+        path: PathBuf,
+        /// What the operating system said.
+        #[source]
+        source: std::io::Error,
+    },
+    /// Plotters failed while drawing or the PNG encoder failed (a bug rather than bad input).
+    #[error("drawing failed: {0}")]
+    Draw(String),
+}
+
+/// Shorthand for `Result<T, FigureError>`.
+pub type Result<T> = std::result::Result<T, FigureError>;

@@ -1,0 +1,938 @@
+//! Heatmaps of labelled matrices, alone ([`Heatmap`]) or several sharing one colour scale
+//! ([`HeatmapGrid`]).
+
+use std::path::Path;
+
+use ndarray::{Array2, ArrayBase, Data, Ix2};
+
+use crate::canvas::{self, Align, Area, Baseline, Font};
+use crate::color::{self, ColorScheme, Scale, ValueRange, INK, MASK_FILL, MASK_HATCH, MUTED};
+use crate::error::{FigureError, Result};
+use crate::ticks::{format_value, linear_ticks};
+
+/// Matrices with more rows or columns than this are not annotated unless asked to be.
+pub const ANNOTATE_MAX: usize = 16;
+/// Automatic layouts (annotations, number of grid columns) aim to stay this wide or narrower:
+/// an mdBook page shows about 750 px of content at 100% zoom.
+pub const TARGET_WIDTH: i32 = 800;
+/// Values are written in the cells automatically only if the figure, with its panels at least
+/// two to a row, stays this wide or narrower.
+const MAX_AUTO_WIDTH: i32 = 900;
+
+const LABEL: Font = Font::regular(17.0);
+const VALUE: Font = Font::regular(17.0);
+const AXIS: Font = Font::regular(18.0);
+const PANEL_TITLE: Font = Font::bold(18.0);
+const TITLE: Font = Font::bold(21.0);
+const MARGIN: i32 = 16;
+const GAP: i32 = 8;
+const PANEL_GAP: i32 = 28;
+const BAR_W: i32 = 22;
+const TICK: i32 = 5;
+
+/// One matrix of a [`HeatmapGrid`], with its own title, labels and mask.
+///
+/// ```
+/// use figures::Panel;
+/// use ndarray::array;
+///
+/// let causal = Panel::new(&array![[1.0, 0.0], [0.3, 0.7]])
+///     .title("causal")
+///     .labels(&["The", "cat"])
+///     .allowed(&array![[true, false], [true, true]]);
+/// # let _ = causal;
+/// ```
+#[derive(Clone, Debug)]
+pub struct Panel {
+    data: Array2<f64>,
+    title: Option<String>,
+    row_labels: Option<Vec<String>>,
+    col_labels: Option<Vec<String>>,
+    masked: Option<Array2<bool>>,
+}
+
+impl Panel {
+    /// A panel showing `data` (any 2-D ndarray of `f64`, `f32` or other numbers that convert
+    /// to `f64` losslessly). A value of −∞ is drawn as masked; NaN and +∞ are errors unless the
+    /// cell is masked.
+    ///
+    /// ```
+    /// use figures::Panel;
+    /// let weights = ndarray::Array2::<f32>::eye(3);
+    /// let panel = Panel::new(&weights);
+    /// # let _ = panel;
+    /// ```
+    pub fn new<S, A>(data: &ArrayBase<S, Ix2>) -> Self
+    where
+        S: Data<Elem = A>,
+        A: Copy + Into<f64>,
+    {
+        Panel { data: data.mapv(Into::into), title: None, row_labels: None, col_labels: None, masked: None }
+    }
+
+    /// The title above the panel (in a [`Heatmap`], the title of the figure).
+    ///
+    /// ```
+    /// let panel = figures::Panel::new(&ndarray::array![[1.0]]).title("head 0");
+    /// # let _ = panel;
+    /// ```
+    pub fn title(mut self, title: impl Into<String>) -> Self {
+        self.title = Some(title.into());
+        self
+    }
+
+    /// Labels for the rows (queries), top to bottom. Without labels, rows are numbered from 0.
+    ///
+    /// ```
+    /// let panel = figures::Panel::new(&ndarray::array![[1.0], [2.0]]).row_labels(&["a", "b"]);
+    /// # let _ = panel;
+    /// ```
+    pub fn row_labels<L: AsRef<str>>(mut self, labels: &[L]) -> Self {
+        self.row_labels = Some(labels.iter().map(|l| l.as_ref().to_string()).collect());
+        self
+    }
+
+    /// Labels for the columns (keys), left to right. Without labels, columns are numbered from 0.
+    ///
+    /// ```
+    /// let panel = figures::Panel::new(&ndarray::array![[1.0, 2.0]]).col_labels(&["x", "y"]);
+    /// # let _ = panel;
+    /// ```
+    pub fn col_labels<L: AsRef<str>>(mut self, labels: &[L]) -> Self {
+        self.col_labels = Some(labels.iter().map(|l| l.as_ref().to_string()).collect());
+        self
+    }
+
+    /// The same labels for rows and columns: the tokens of a self-attention matrix.
+    ///
+    /// ```
+    /// let panel = figures::Panel::new(&ndarray::Array2::<f64>::eye(2)).labels(&["hi", "there"]);
+    /// # let _ = panel;
+    /// ```
+    pub fn labels<L: AsRef<str>>(self, labels: &[L]) -> Self {
+        self.row_labels(labels).col_labels(labels)
+    }
+
+    /// Cells to draw as masked: `true` = masked (grey, hatched, marked "−∞"). Replaces any earlier
+    /// mask. See [`Panel::allowed`] for the opposite convention.
+    ///
+    /// ```
+    /// use ndarray::array;
+    /// let panel = figures::Panel::new(&array![[0.5, 0.5]]).masked(&array![[false, true]]);
+    /// # let _ = panel;
+    /// ```
+    pub fn masked<S: Data<Elem = bool>>(mut self, masked: &ArrayBase<S, Ix2>) -> Self {
+        self.masked = Some(masked.to_owned());
+        self
+    }
+
+    /// Cells that may be attended to: `true` = shown, `false` = drawn as masked. This is the
+    /// convention of PyTorch's boolean `attn_mask` and of this book's `attention` crate, so a
+    /// causal mask can be passed as is. Replaces any earlier mask.
+    ///
+    /// ```
+    /// use ndarray::array;
+    /// let causal = array![[true, false], [true, true]];
+    /// let panel = figures::Panel::new(&array![[1.0, 0.0], [0.4, 0.6]]).allowed(&causal);
+    /// # let _ = panel;
+    /// ```
+    pub fn allowed<S: Data<Elem = bool>>(mut self, allowed: &ArrayBase<S, Ix2>) -> Self {
+        self.masked = Some(allowed.mapv(|a| !a));
+        self
+    }
+
+    fn is_masked(&self, r: usize, c: usize) -> bool {
+        self.data[[r, c]] == f64::NEG_INFINITY || self.masked.as_ref().is_some_and(|m| m[[r, c]])
+    }
+
+    /// Checks the panel against its labels and mask; `what` names it in messages.
+    fn validate(&self, what: &str) -> Result<()> {
+        let (rows, cols) = self.data.dim();
+        if rows == 0 || cols == 0 {
+            return Err(FigureError::EmptyMatrix { what: what.to_string(), rows, cols });
+        }
+        for (axis, labels, len) in [("row", &self.row_labels, rows), ("column", &self.col_labels, cols)] {
+            if let Some(labels) = labels
+                && labels.len() != len
+            {
+                return Err(FigureError::LabelCount { axis, labels: labels.len(), len });
+            }
+        }
+        if let Some(m) = &self.masked
+            && m.dim() != (rows, cols)
+        {
+            let (mask_rows, mask_cols) = m.dim();
+            return Err(FigureError::MaskShape { mask_rows, mask_cols, rows, cols });
+        }
+        for ((row, col), &value) in self.data.indexed_iter() {
+            if !value.is_finite() && !self.is_masked(row, col) {
+                return Err(FigureError::NonFinite { what: what.to_string(), row, col, value });
+            }
+        }
+        Ok(())
+    }
+
+    fn unmasked_values(&self) -> impl Iterator<Item = f64> + '_ {
+        self.data.indexed_iter().filter(|&((r, c), _)| !self.is_masked(r, c)).map(|(_, &v)| v)
+    }
+
+    fn row_label(&self, r: usize) -> String {
+        self.row_labels.as_ref().map_or_else(|| r.to_string(), |l| l[r].clone())
+    }
+
+    fn col_label(&self, c: usize) -> String {
+        self.col_labels.as_ref().map_or_else(|| c.to_string(), |l| l[c].clone())
+    }
+}
+
+/// Settings shared by every panel of a figure.
+#[derive(Clone, Debug)]
+struct Style {
+    scheme: ColorScheme,
+    range: ValueRange,
+    precision: usize,
+    annotate: Option<bool>,
+    row_title: String,
+    col_title: String,
+    colorbar_label: String,
+    mask_mark: String,
+}
+
+impl Default for Style {
+    fn default() -> Self {
+        Style {
+            scheme: ColorScheme::Sequential,
+            range: ValueRange::Auto,
+            precision: 2,
+            annotate: None,
+            row_title: "query (attending from)".into(),
+            col_title: "key (attending to)".into(),
+            colorbar_label: "value".into(),
+            mask_mark: "\u{2212}\u{221e}".into(),
+        }
+    }
+}
+
+/// Generates the style setters shared by [`Heatmap`] and [`HeatmapGrid`], each documented with
+/// an example that starts from `$make` (an expression building the figure).
+macro_rules! style_setters {
+    ($make:literal) => {
+        /// The colour scheme (default [`ColorScheme::Sequential`], for weights).
+        ///
+        /// ```
+        /// # use ndarray::array;
+        /// # let dir = tempfile::tempdir()?;
+        #[doc = concat!("let fig = ", $make, ";")]
+        /// fig.scheme(figures::ColorScheme::Diverging).save(dir.path().join("f.png"))?;
+        /// # Ok::<(), Box<dyn std::error::Error>>(())
+        /// ```
+        pub fn scheme(mut self, scheme: ColorScheme) -> Self {
+            self.style.scheme = scheme;
+            self
+        }
+
+        /// The values at the ends of the colour scale (default [`ValueRange::Auto`]).
+        ///
+        /// ```
+        /// # use ndarray::array;
+        /// # let dir = tempfile::tempdir()?;
+        #[doc = concat!("let fig = ", $make, ";")]
+        /// fig.range(figures::ValueRange::Fixed(0.0, 1.0)).save(dir.path().join("f.png"))?;
+        /// # Ok::<(), Box<dyn std::error::Error>>(())
+        /// ```
+        pub fn range(mut self, range: ValueRange) -> Self {
+            self.style.range = range;
+            self
+        }
+
+        /// Decimals shown in each cell and on the colour bar's ticks' precision floor
+        /// (default 2).
+        ///
+        /// ```
+        /// # use ndarray::array;
+        /// # let dir = tempfile::tempdir()?;
+        #[doc = concat!("let fig = ", $make, ";")]
+        /// fig.precision(3).save(dir.path().join("f.png"))?;
+        /// # Ok::<(), Box<dyn std::error::Error>>(())
+        /// ```
+        pub fn precision(mut self, decimals: usize) -> Self {
+            self.style.precision = decimals.min(10);
+            self
+        }
+
+        /// Whether to write each cell's value in it. By default values are written when the
+        /// matrices have at most [`ANNOTATE_MAX`] rows and columns and the figure (with grid
+        /// panels at least two to a row) stays at most 900 pixels wide; larger matrices are
+        /// drawn as colour only, with every n-th row and column label so that labels never
+        /// overlap.
+        ///
+        /// ```
+        /// # use ndarray::array;
+        /// # let dir = tempfile::tempdir()?;
+        #[doc = concat!("let fig = ", $make, ";")]
+        /// fig.annotate(false).save(dir.path().join("f.png"))?;
+        /// # Ok::<(), Box<dyn std::error::Error>>(())
+        /// ```
+        pub fn annotate(mut self, on: bool) -> Self {
+            self.style.annotate = Some(on);
+            self
+        }
+
+        /// The title of the row axis (default "query (attending from)"; "" for none).
+        ///
+        /// ```
+        /// # use ndarray::array;
+        /// # let dir = tempfile::tempdir()?;
+        #[doc = concat!("let fig = ", $make, ";")]
+        /// fig.row_title("token").save(dir.path().join("f.png"))?;
+        /// # Ok::<(), Box<dyn std::error::Error>>(())
+        /// ```
+        pub fn row_title(mut self, title: impl Into<String>) -> Self {
+            self.style.row_title = title.into();
+            self
+        }
+
+        /// The title of the column axis (default "key (attending to)"; "" for none).
+        ///
+        /// ```
+        /// # use ndarray::array;
+        /// # let dir = tempfile::tempdir()?;
+        #[doc = concat!("let fig = ", $make, ";")]
+        /// fig.col_title("dimension").save(dir.path().join("f.png"))?;
+        /// # Ok::<(), Box<dyn std::error::Error>>(())
+        /// ```
+        pub fn col_title(mut self, title: impl Into<String>) -> Self {
+            self.style.col_title = title.into();
+            self
+        }
+
+        /// The label along the colour bar (default "value"), e.g. "attention weight".
+        ///
+        /// ```
+        /// # use ndarray::array;
+        /// # let dir = tempfile::tempdir()?;
+        #[doc = concat!("let fig = ", $make, ";")]
+        /// fig.colorbar_label("attention weight").save(dir.path().join("f.png"))?;
+        /// # Ok::<(), Box<dyn std::error::Error>>(())
+        /// ```
+        pub fn colorbar_label(mut self, label: impl Into<String>) -> Self {
+            self.style.colorbar_label = label.into();
+            self
+        }
+
+        /// The mark written in masked cells when values are written (default "−∞"; "masked"
+        /// or "" also work).
+        ///
+        /// ```
+        /// # use ndarray::array;
+        /// # let dir = tempfile::tempdir()?;
+        #[doc = concat!("let fig = ", $make, ";")]
+        /// fig.mask_mark("masked").save(dir.path().join("f.png"))?;
+        /// # Ok::<(), Box<dyn std::error::Error>>(())
+        /// ```
+        pub fn mask_mark(mut self, mark: impl Into<String>) -> Self {
+            self.style.mask_mark = mark.into();
+            self
+        }
+    };
+}
+
+/// An annotated heatmap of one matrix: labels, axis titles, a value in every cell, a colour
+/// bar, masked cells in hatched grey.
+///
+/// The defaults suit attention weights (rows are queries, columns keys, YlOrRd colours, two
+/// decimals). Rows and columns are numbered from 0 unless labelled. Values are written in the
+/// cells of matrices up to [`ANNOTATE_MAX`]×[`ANNOTATE_MAX`]; larger matrices (say 64×64) are
+/// drawn as colour only, with every n-th label so that labels do not overlap.
+///
+/// Masked cells: a cell is masked when [`Heatmap::masked`] says so, when [`Heatmap::allowed`]
+/// says it is not allowed, or when its value is −∞ (as masked attention scores are). NaN and +∞
+/// in an unmasked cell are errors.
+///
+/// ```
+/// use figures::{Heatmap, ValueRange};
+/// use ndarray::array;
+///
+/// let dir = tempfile::tempdir()?;
+/// let weights = array![[0.42, 0.31, 0.27], [0.30, 0.38, 0.32], [0.25, 0.29, 0.46]];
+/// let path = dir.path().join("weights.png");
+/// Heatmap::new(&weights)
+///     .labels(&["The", "cat", "sat"])
+///     .title("Attention weights")
+///     .colorbar_label("attention weight")
+///     .range(ValueRange::Fixed(0.0, 1.0))
+///     .precision(3)
+///     .save(&path)?;
+/// assert!(std::fs::read(&path)?.starts_with(b"\x89PNG"));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Clone, Debug)]
+pub struct Heatmap {
+    panel: Panel,
+    style: Style,
+}
+
+impl Heatmap {
+    /// A heatmap of `data` (any 2-D ndarray of numbers convertible to `f64`).
+    ///
+    /// ```
+    /// let dir = tempfile::tempdir()?;
+    /// let w = ndarray::Array2::<f32>::from_elem((4, 4), 0.25);
+    /// figures::Heatmap::new(&w).save(dir.path().join("uniform.png"))?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn new<S, A>(data: &ArrayBase<S, Ix2>) -> Self
+    where
+        S: Data<Elem = A>,
+        A: Copy + Into<f64>,
+    {
+        Heatmap { panel: Panel::new(data), style: Style::default() }
+    }
+
+    /// The title above the figure; `\n` starts a new line.
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir()?;
+    /// figures::Heatmap::new(&ndarray::array![[1.0, 0.0]])
+    ///     .title("Attention weights\n(row i: how token i attends)")
+    ///     .save(dir.path().join("t.png"))?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn title(mut self, title: impl Into<String>) -> Self {
+        self.panel = self.panel.title(title);
+        self
+    }
+
+    /// Labels for the rows, top to bottom (see [`Panel::row_labels`]).
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir()?;
+    /// figures::Heatmap::new(&ndarray::array![[1.0], [0.0]])
+    ///     .row_labels(&["first", "second"])
+    ///     .save(dir.path().join("r.png"))?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn row_labels<L: AsRef<str>>(mut self, labels: &[L]) -> Self {
+        self.panel = self.panel.row_labels(labels);
+        self
+    }
+
+    /// Labels for the columns, left to right (see [`Panel::col_labels`]).
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir()?;
+    /// figures::Heatmap::new(&ndarray::array![[1.0, 0.0]])
+    ///     .col_labels(&["d0", "d1"])
+    ///     .save(dir.path().join("c.png"))?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn col_labels<L: AsRef<str>>(mut self, labels: &[L]) -> Self {
+        self.panel = self.panel.col_labels(labels);
+        self
+    }
+
+    /// The same labels for rows and columns (see [`Panel::labels`]).
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir()?;
+    /// figures::Heatmap::new(&ndarray::Array2::<f64>::eye(2))
+    ///     .labels(&["my", "name"])
+    ///     .save(dir.path().join("l.png"))?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn labels<L: AsRef<str>>(mut self, labels: &[L]) -> Self {
+        self.panel = self.panel.labels(labels);
+        self
+    }
+
+    /// Cells to draw as masked, `true` = masked (see [`Panel::masked`]).
+    ///
+    /// ```
+    /// # use ndarray::array;
+    /// # let dir = tempfile::tempdir()?;
+    /// figures::Heatmap::new(&array![[1.0, 0.0], [0.5, 0.5]])
+    ///     .masked(&array![[false, true], [false, false]])
+    ///     .save(dir.path().join("m.png"))?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn masked<S: Data<Elem = bool>>(mut self, masked: &ArrayBase<S, Ix2>) -> Self {
+        self.panel = self.panel.masked(masked);
+        self
+    }
+
+    /// Cells that may be attended to, `true` = shown (see [`Panel::allowed`]).
+    ///
+    /// ```
+    /// # use ndarray::array;
+    /// # let dir = tempfile::tempdir()?;
+    /// figures::Heatmap::new(&array![[1.0, 0.0], [0.5, 0.5]])
+    ///     .allowed(&array![[true, false], [true, true]])
+    ///     .save(dir.path().join("a.png"))?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn allowed<S: Data<Elem = bool>>(mut self, allowed: &ArrayBase<S, Ix2>) -> Self {
+        self.panel = self.panel.allowed(allowed);
+        self
+    }
+
+    style_setters!("figures::Heatmap::new(&array![[0.2, 0.8], [0.6, 0.4]])");
+
+    /// Draws the figure and returns the PNG file's bytes (the same bytes for the same input,
+    /// on every run and machine).
+    ///
+    /// ```
+    /// let png = figures::Heatmap::new(&ndarray::array![[0.1, 0.9]]).to_png()?;
+    /// assert!(png.starts_with(b"\x89PNG"));
+    /// # Ok::<(), figures::FigureError>(())
+    /// ```
+    pub fn to_png(&self) -> Result<Vec<u8>> {
+        let mut panel = self.panel.clone();
+        let title = panel.title.take();
+        render(std::slice::from_ref(&panel), &self.style, title.as_deref(), None, "the matrix")
+    }
+
+    /// Draws the figure into the PNG file at `path` (its directory must exist).
+    ///
+    /// ```
+    /// let dir = tempfile::tempdir()?;
+    /// figures::Heatmap::new(&ndarray::array![[0.1, 0.9]]).save(dir.path().join("h.png"))?;
+    /// let err = figures::Heatmap::new(&ndarray::array![[0.1]]).save(dir.path().join("no/h.png"));
+    /// assert!(err.unwrap_err().to_string().contains("no/h.png"));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn save(&self, path: impl AsRef<Path>) -> Result<()> {
+        let path = path.as_ref();
+        check_png_path(path)?;
+        canvas::write_png(path, &self.to_png()?)
+    }
+}
+
+/// Several heatmaps in one image, sharing one colour scale and one colour bar: one panel per
+/// head, or "standard vs causal" side by side.
+///
+/// Panels are laid out left to right, top to bottom, in [`HeatmapGrid::columns`] columns
+/// (by default as many as fit in [`TARGET_WIDTH`] pixels, at least 2 and at most 4). Row titles are drawn
+/// once per grid row, column titles under the bottom row; each panel keeps its own labels.
+///
+/// ```
+/// use figures::{HeatmapGrid, Panel, ValueRange};
+/// use ndarray::array;
+///
+/// let dir = tempfile::tempdir()?;
+/// let tokens = ["The", "cat", "sat"];
+/// let standard = array![[0.4, 0.3, 0.3], [0.2, 0.5, 0.3], [0.3, 0.3, 0.4]];
+/// let causal = array![[1.0, 0.0, 0.0], [0.3, 0.7, 0.0], [0.3, 0.3, 0.4]];
+/// let allowed = array![[true, false, false], [true, true, false], [true, true, true]];
+/// HeatmapGrid::new()
+///     .title("Standard vs causal self-attention")
+///     .panel(Panel::new(&standard).title("standard").labels(&tokens))
+///     .panel(Panel::new(&causal).title("causal").labels(&tokens).allowed(&allowed))
+///     .range(ValueRange::Fixed(0.0, 1.0))
+///     .colorbar_label("attention weight")
+///     .save(dir.path().join("standard_vs_causal.png"))?;
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Clone, Debug, Default)]
+pub struct HeatmapGrid {
+    panels: Vec<Panel>,
+    style: Style,
+    title: Option<String>,
+    columns: Option<usize>,
+}
+
+impl HeatmapGrid {
+    /// An empty grid; add panels with [`HeatmapGrid::panel`].
+    ///
+    /// ```
+    /// let grid = figures::HeatmapGrid::new();
+    /// assert!(grid.to_png().is_err()); // no panels yet
+    /// ```
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Adds a panel (after the ones already added).
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir()?;
+    /// use figures::{HeatmapGrid, Panel};
+    /// let heads = [ndarray::Array2::<f64>::eye(3), ndarray::Array2::<f64>::ones((3, 3)) / 3.0];
+    /// let mut grid = HeatmapGrid::new();
+    /// for (h, w) in heads.iter().enumerate() {
+    ///     grid = grid.panel(Panel::new(w).title(format!("head {h}")));
+    /// }
+    /// grid.save(dir.path().join("heads.png"))?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn panel(mut self, panel: Panel) -> Self {
+        self.panels.push(panel);
+        self
+    }
+
+    /// The title above the whole grid; `\n` starts a new line.
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir()?;
+    /// figures::HeatmapGrid::new()
+    ///     .title("Two heads")
+    ///     .panel(figures::Panel::new(&ndarray::array![[1.0]]).title("head 0"))
+    ///     .panel(figures::Panel::new(&ndarray::array![[0.5]]).title("head 1"))
+    ///     .save(dir.path().join("g.png"))?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn title(mut self, title: impl Into<String>) -> Self {
+        self.title = Some(title.into());
+        self
+    }
+
+    /// The number of panels per grid row (0 is an error when drawing).
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir()?;
+    /// let p = |v: f64| figures::Panel::new(&ndarray::array![[v]]);
+    /// figures::HeatmapGrid::new()
+    ///     .panel(p(0.1)).panel(p(0.2)).panel(p(0.3)).panel(p(0.4))
+    ///     .columns(2)
+    ///     .save(dir.path().join("g.png"))?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn columns(mut self, columns: usize) -> Self {
+        self.columns = Some(columns);
+        self
+    }
+
+    style_setters!("figures::HeatmapGrid::new().panel(figures::Panel::new(&array![[0.2, 0.8]]))");
+
+    /// Draws the grid and returns the PNG file's bytes.
+    ///
+    /// ```
+    /// let png = figures::HeatmapGrid::new()
+    ///     .panel(figures::Panel::new(&ndarray::array![[0.3]]))
+    ///     .to_png()?;
+    /// assert!(png.starts_with(b"\x89PNG"));
+    /// # Ok::<(), figures::FigureError>(())
+    /// ```
+    pub fn to_png(&self) -> Result<Vec<u8>> {
+        if self.panels.is_empty() {
+            return Err(FigureError::Nothing("the grid has no panels: add some with .panel(..)".into()));
+        }
+        render(&self.panels, &self.style, self.title.as_deref(), self.columns, "panel")
+    }
+
+    /// Draws the grid into the PNG file at `path` (its directory must exist).
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir()?;
+    /// figures::HeatmapGrid::new()
+    ///     .panel(figures::Panel::new(&ndarray::array![[0.3]]))
+    ///     .save(dir.path().join("grid.png"))?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn save(&self, path: impl AsRef<Path>) -> Result<()> {
+        let path = path.as_ref();
+        check_png_path(path)?;
+        canvas::write_png(path, &self.to_png()?)
+    }
+}
+
+/// Fails early (before drawing) on a path that cannot be a PNG.
+pub(crate) fn check_png_path(path: &Path) -> Result<()> {
+    if path.extension().is_some_and(|e| e.eq_ignore_ascii_case("png")) {
+        Ok(())
+    } else {
+        Err(FigureError::NotPng { path: path.to_path_buf() })
+    }
+}
+
+/// The geometry of a figure: one cell size and one slot size for every panel.
+struct Layout {
+    cell: i32,
+    annotate: bool,
+    columns: usize,
+    max_rows: usize,
+    max_cols: usize,
+    /// Every `row_step`-th row label is drawn (1 = all), likewise columns.
+    row_step: usize,
+    col_step: usize,
+    rotate_cols: bool,
+    row_label_w: i32,
+    col_label_h: i32,
+    panel_title_h: i32,
+    title_h: i32,
+    row_title_w: i32,
+    col_title_h: i32,
+    bar_w: i32,
+    any_masked: bool,
+}
+
+impl Layout {
+    fn new(panels: &[Panel], style: &Style, title: Option<&str>, columns: Option<usize>, scale: &Scale) -> Result<Self> {
+        let max_rows = panels.iter().map(|p| p.data.nrows()).max().unwrap_or(1);
+        let max_cols = panels.iter().map(|p| p.data.ncols()).max().unwrap_or(1);
+        let any_masked = panels
+            .iter()
+            .any(|p| p.data.indexed_iter().any(|((r, c), _)| p.is_masked(r, c)));
+        // Widest text a cell must hold when annotated.
+        let value_w = panels
+            .iter()
+            .flat_map(|p| p.data.iter().filter(|v| v.is_finite()).map(|&v| VALUE.width(&format_value(v, style.precision))))
+            .chain(any_masked.then(|| VALUE.width(&style.mask_mark)))
+            .max()
+            .unwrap_or(0);
+        let annotated_cell = (value_w + 12).max(40);
+        let small = max_rows <= ANNOTATE_MAX && max_cols <= ANNOTATE_MAX;
+        let mut layout = Layout {
+            cell: annotated_cell,
+            annotate: true,
+            columns: 1,
+            max_rows,
+            max_cols,
+            row_step: 1,
+            col_step: 1,
+            rotate_cols: false,
+            row_label_w: 0,
+            col_label_h: 0,
+            panel_title_h: if panels.iter().any(|p| p.title.is_some()) { PANEL_TITLE.block_height(max_lines(panels.iter().filter_map(|p| p.title.as_deref()))) + GAP } else { 0 },
+            title_h: title.map_or(0, |t| TITLE.block_height(t.lines().count().max(1)) + 12),
+            row_title_w: if style.row_title.is_empty() { 0 } else { AXIS.line_height() + GAP },
+            col_title_h: if style.col_title.is_empty() { 0 } else { AXIS.line_height() + GAP },
+            bar_w: colorbar_width(style, scale, any_masked),
+            any_masked,
+        };
+        layout.set_cell(panels, annotated_cell, true);
+        // Side by side comes first: never fewer than two columns unless asked.
+        let floor = panels.len().min(2);
+        let annotate = match style.annotate {
+            Some(on) => on,
+            None => small && layout.with_columns(floor).width() <= MAX_AUTO_WIDTH,
+        };
+        if !annotate {
+            let target = if panels.len() == 1 { 448 } else { 256 };
+            let cell = (target / max_rows.max(max_cols) as i32).clamp(2, 40);
+            layout.set_cell(panels, cell, false);
+        }
+        layout.columns = match columns {
+            Some(0) => return Err(FigureError::ZeroColumns),
+            Some(c) => c.min(panels.len()),
+            None => (floor..=panels.len().min(4))
+                .rev()
+                .find(|&c| layout.with_columns(c).width() <= TARGET_WIDTH)
+                .unwrap_or(floor),
+        };
+        Ok(layout)
+    }
+
+    /// Sets the cell size and everything that depends on it (label thinning and rotation).
+    fn set_cell(&mut self, panels: &[Panel], cell: i32, annotate: bool) {
+        self.cell = cell;
+        self.annotate = annotate;
+        let spacing = LABEL.line_height() + 2;
+        self.row_step = (spacing as f64 / cell as f64).ceil().max(1.0) as usize;
+        self.col_step = self.row_step;
+        let shown = |step: usize, n: usize| (0..n).step_by(step);
+        self.row_label_w = panels
+            .iter()
+            .flat_map(|p| shown(self.row_step, p.data.nrows()).map(move |r| LABEL.width(&p.row_label(r))))
+            .max()
+            .unwrap_or(0);
+        let col_w = panels
+            .iter()
+            .flat_map(|p| shown(self.col_step, p.data.ncols()).map(move |c| LABEL.width(&p.col_label(c))))
+            .max()
+            .unwrap_or(0);
+        self.rotate_cols = col_w > cell * self.col_step as i32 - 6;
+        self.col_label_h = if self.rotate_cols { col_w } else { LABEL.line_height() } + 6;
+    }
+
+    fn with_columns(&self, columns: usize) -> LayoutSize<'_> {
+        LayoutSize { l: self, columns }
+    }
+
+    fn matrix_w(&self) -> i32 {
+        self.cell * self.max_cols as i32
+    }
+    fn matrix_h(&self) -> i32 {
+        self.cell * self.max_rows as i32
+    }
+    /// Width of one panel slot: row labels and matrix.
+    fn slot_w(&self) -> i32 {
+        self.row_label_w + GAP + self.matrix_w()
+    }
+    /// Height of one panel slot: panel title, matrix and column labels.
+    fn slot_h(&self) -> i32 {
+        self.panel_title_h + self.matrix_h() + self.col_label_h
+    }
+}
+
+/// A layout with a given number of grid columns, for measuring.
+struct LayoutSize<'a> {
+    l: &'a Layout,
+    columns: usize,
+}
+
+impl LayoutSize<'_> {
+    fn width(&self) -> i32 {
+        let l = self.l;
+        MARGIN + l.row_title_w + self.columns as i32 * (l.slot_w() + PANEL_GAP) - PANEL_GAP + 24 + l.bar_w + MARGIN
+    }
+}
+
+fn max_lines<'a>(texts: impl Iterator<Item = &'a str>) -> usize {
+    texts.map(|t| t.lines().count()).max().unwrap_or(1).max(1)
+}
+
+/// Ticks of the colour bar and their labels.
+fn colorbar_ticks(scale: &Scale) -> Vec<(f64, String)> {
+    let (ticks, decimals) = linear_ticks(scale.low, scale.high, 6);
+    ticks.into_iter().map(|t| (t, format_value(t, decimals))).collect()
+}
+
+/// Width of the colour bar with its ticks, label and the "masked" legend.
+fn colorbar_width(style: &Style, scale: &Scale, any_masked: bool) -> i32 {
+    let tick_w = colorbar_ticks(scale).iter().map(|(_, s)| LABEL.width(s)).max().unwrap_or(0);
+    let label_w = if style.colorbar_label.is_empty() { 0 } else { 10 + AXIS.line_height() };
+    let bar = BAR_W + TICK + 4 + tick_w + label_w;
+    let legend = if any_masked { BAR_W + GAP + LABEL.width("masked") } else { 0 };
+    bar.max(legend)
+}
+
+/// Validates, lays out and draws panels; `what` names a single matrix or the panels in errors.
+fn render(panels: &[Panel], style: &Style, title: Option<&str>, columns: Option<usize>, what: &str) -> Result<Vec<u8>> {
+    for (i, p) in panels.iter().enumerate() {
+        let name = if panels.len() == 1 && what != "panel" { what.to_string() } else { format!("panel {i}") };
+        p.validate(&name)?;
+    }
+    let (low, high) = style.range.resolve(style.scheme, panels.iter().flat_map(Panel::unmasked_values))?;
+    let scale = Scale { scheme: style.scheme, low, high };
+    let l = Layout::new(panels, style, title, columns, &scale)?;
+    let grid_rows = panels.len().div_ceil(l.columns);
+
+    let grid_left = MARGIN + l.row_title_w;
+    let grid_top = MARGIN + l.title_h;
+    let slot_x = |c: usize| grid_left + c as i32 * (l.slot_w() + PANEL_GAP);
+    let slot_y = |r: usize| grid_top + r as i32 * (l.slot_h() + l.col_title_h + PANEL_GAP);
+    let grid_right = slot_x(l.columns - 1) + l.slot_w();
+    let grid_bottom = slot_y(grid_rows - 1) + l.slot_h() + l.col_title_h;
+
+    // The colour bar spans the matrices of the first to the last grid row (at least 160 px).
+    let bar_x = grid_right + 24;
+    let bar_top = grid_top + l.panel_title_h;
+    let bar_h = (slot_y(grid_rows - 1) + l.panel_title_h + l.matrix_h() - bar_top).clamp(160, 480);
+    let legend_h = if l.any_masked { 14 + BAR_W } else { 0 };
+    let title_w = title.map_or(0, |t| TITLE.block_width(t));
+    let width = (bar_x + l.bar_w + MARGIN).max(title_w + 2 * MARGIN);
+    let height = grid_bottom.max(bar_top + bar_h + legend_h) + MARGIN;
+
+    canvas::render_png(width as u32, height as u32, |area| {
+        if let Some(t) = title {
+            // Centred over the matrices, moved in if it would leave the image.
+            let cx = (grid_left + l.row_label_w + GAP + grid_right) / 2;
+            let cx = cx.clamp(MARGIN + title_w / 2, width - MARGIN - title_w / 2);
+            canvas::text_block(area, t, (cx, MARGIN), TITLE, INK, Align::Center)?;
+        }
+        for (i, p) in panels.iter().enumerate() {
+            let (gr, gc) = (i / l.columns, i % l.columns);
+            let mx = slot_x(gc) + l.row_label_w + GAP;
+            let my = slot_y(gr) + l.panel_title_h;
+            draw_panel(area, p, style, &l, &scale, (mx, my))?;
+            if gc == 0 && !style.row_title.is_empty() {
+                let cy = my + p.data.nrows() as i32 * l.cell / 2;
+                canvas::text(area, &style.row_title, (MARGIN, cy), AXIS, INK, Align::Center, Baseline::Top, true)?;
+            }
+            let bottom_of_column = i + l.columns >= panels.len();
+            if bottom_of_column && !style.col_title.is_empty() {
+                let cx = mx + p.data.ncols() as i32 * l.cell / 2;
+                let y = my + p.data.nrows() as i32 * l.cell + l.col_label_h + GAP / 2;
+                canvas::text(area, &style.col_title, (cx, y), AXIS, INK, Align::Center, Baseline::Top, false)?;
+            }
+        }
+        draw_colorbar(area, style, &scale, (bar_x, bar_top), bar_h)?;
+        if l.any_masked {
+            let y = bar_top + bar_h + 14;
+            hatch(area, (bar_x, y), (bar_x + BAR_W, y + BAR_W))?;
+            canvas::outline(area, (bar_x, y), (bar_x + BAR_W, y + BAR_W), MUTED)?;
+            canvas::text(area, "masked", (bar_x + BAR_W + GAP, y + BAR_W / 2), LABEL, INK, Align::Start, Baseline::Middle, false)?;
+        }
+        Ok(())
+    })
+}
+
+/// Draws one panel whose matrix has its top-left corner at `(mx, my)`.
+fn draw_panel(area: &Area, p: &Panel, style: &Style, l: &Layout, scale: &Scale, (mx, my): (i32, i32)) -> Result<()> {
+    let (rows, cols) = p.data.dim();
+    let cell = l.cell;
+    // Thin white lines between cells once cells are large enough to show them.
+    let sep = i32::from(cell >= 20);
+    if let Some(t) = &p.title {
+        let cx = mx + cols as i32 * cell / 2;
+        canvas::text_block(area, t, (cx, my - l.panel_title_h), PANEL_TITLE, INK, Align::Center)?;
+    }
+    for ((r, c), &v) in p.data.indexed_iter() {
+        let x0 = mx + c as i32 * cell;
+        let y0 = my + r as i32 * cell;
+        let (x1, y1) = (x0 + cell - sep, y0 + cell - sep);
+        if p.is_masked(r, c) {
+            hatch(area, (x0, y0), (x1, y1))?;
+            if l.annotate {
+                let center = ((x0 + x1) / 2, (y0 + y1) / 2);
+                canvas::text(area, &style.mask_mark, center, VALUE, INK, Align::Center, Baseline::Middle, false)?;
+            }
+        } else {
+            let bg = scale.color(v);
+            canvas::fill(area, (x0, y0), (x1, y1), bg)?;
+            if l.annotate {
+                let center = ((x0 + x1) / 2, (y0 + y1) / 2);
+                let s = format_value(v, style.precision);
+                canvas::text(area, &s, center, VALUE, color::text_on(bg), Align::Center, Baseline::Middle, false)?;
+            }
+        }
+    }
+    for r in (0..rows).step_by(l.row_step) {
+        let cy = my + r as i32 * cell + cell / 2;
+        canvas::text(area, &p.row_label(r), (mx - GAP, cy), LABEL, INK, Align::End, Baseline::Middle, false)?;
+    }
+    let below = my + rows as i32 * cell + 6;
+    for c in (0..cols).step_by(l.col_step) {
+        let cx = mx + c as i32 * cell + cell / 2;
+        let label = p.col_label(c);
+        if l.rotate_cols {
+            canvas::text(area, &label, (cx, below), LABEL, INK, Align::End, Baseline::Middle, true)?;
+        } else {
+            canvas::text(area, &label, (cx, below), LABEL, INK, Align::Center, Baseline::Top, false)?;
+        }
+    }
+    Ok(())
+}
+
+/// Grey with diagonal hatching: the look of a masked cell.
+fn hatch(area: &Area, (x0, y0): (i32, i32), (x1, y1): (i32, i32)) -> Result<()> {
+    canvas::fill(area, (x0, y0), (x1, y1), MASK_FILL)?;
+    for y in y0..y1 {
+        for x in x0..x1 {
+            if (x - x0 + y - y0) % 8 == 0 {
+                area.draw_pixel((x, y), &MASK_HATCH).map_err(canvas::draw_err)?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A vertical colour bar, high values on top, with ticks and its label.
+fn draw_colorbar(area: &Area, style: &Style, scale: &Scale, (x, top): (i32, i32), h: i32) -> Result<()> {
+    for i in 0..h {
+        let t = 1.0 - (i as f64 + 0.5) / h as f64;
+        canvas::fill(area, (x, top + i), (x + BAR_W, top + i + 1), scale.at(t))?;
+    }
+    canvas::outline(area, (x, top), (x + BAR_W, top + h), MUTED)?;
+    let mut label_x = x + BAR_W + TICK + 4;
+    for (t, s) in colorbar_ticks(scale) {
+        let y = top + ((1.0 - (t - scale.low) / (scale.high - scale.low)) * (h - 1) as f64).round() as i32;
+        canvas::fill(area, (x + BAR_W, y), (x + BAR_W + TICK, y + 1), MUTED)?;
+        canvas::text(area, &s, (x + BAR_W + TICK + 4, y), LABEL, INK, Align::Start, Baseline::Middle, false)?;
+        label_x = label_x.max(x + BAR_W + TICK + 4 + LABEL.width(&s));
+    }
+    if !style.colorbar_label.is_empty() {
+        canvas::text(area, &style.colorbar_label, (label_x + 10, top + h / 2), AXIS, INK, Align::Center, Baseline::Top, true)?;
+    }
+    Ok(())
+}

@@ -1,0 +1,1 @@
+pub enum Axis{} pub struct LineChart;
