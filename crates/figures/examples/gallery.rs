@@ -3,7 +3,7 @@
 
 use std::time::Instant;
 
-use figures::{ColorScheme, Heatmap, HeatmapGrid, Panel, ValueRange};
+use figures::{Axis, ColorScheme, Heatmap, HeatmapGrid, LineChart, Panel, ValueRange};
 use ndarray::Array2;
 
 /// A deterministic pseudo-random matrix (no RNG crate needed here).
@@ -102,6 +102,31 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             .scheme(ColorScheme::Diverging)
             .title("Embeddings")
             .save(dir.join("emb.png"))
+    })?;
+    let d_k: Vec<f64> = (0..=10).map(|k| 2f64.powi(k)).collect();
+    time("line chart (log2 x, log10 y)", || {
+        LineChart::new()
+            .title("Variance of the scores against d_k")
+            .x_label("d_k (dimension of queries and keys)")
+            .y_label("variance")
+            .x_axis(Axis::Log2)
+            .y_axis(Axis::Log10)
+            .series("q·k", d_k.iter().map(|&d| (d, d * 1.03)))
+            .series("q·k / √d_k", d_k.iter().map(|&d| (d, 1.0 + 0.02 * d.ln())))
+            .series("q·k / d_k", d_k.iter().map(|&d| (d, 1.0 / d)))
+            .save(dir.join("variance.png"))
+    })?;
+    time("line chart (linear, y in [0, 1])", || {
+        let temps: Vec<f64> = (1..=40).map(|i| i as f64 / 10.0).collect();
+        LineChart::new()
+            .title("Softmax temperature")
+            .x_label("temperature τ")
+            .y_label("value")
+            .y_range(0.0, 1.0)
+            .markers(false)
+            .series("max weight", temps.iter().map(|&t| (t, 1.0 / (1.0 + 2.0 * (-1.0 / t).exp()))))
+            .series("normalised entropy", temps.iter().map(|&t| (t, 1.0 - (-t).exp())))
+            .save(dir.join("temperature.png"))
     })?;
     Ok(())
 }
