@@ -1,1 +1,59 @@
-//! Self-attention from first principles (work in progress).
+//! Self-attention from first principles: the math of the book *Attention, Step by Step*.
+//!
+//! Every concept the book teaches is one module here, in the order of the chapters. The
+//! chapters include this code by anchor (`// ANCHOR: name` comments; each module lists its
+//! anchors in its first lines), so what a reader sees is what the tests run.
+//!
+//! | chapter | module | what it holds |
+//! |---|---|---|
+//! | 1. Input embeddings | [`embeddings`] | [`Vocabulary`](embeddings::Vocabulary), [`EmbeddingTable`](embeddings::EmbeddingTable): sentence → `X: (L, d_model)` |
+//! | 2. Queries, keys and values | [`projection`] | [`Linear`](projection::Linear): `X · W` |
+//! | 3. Scores, scaling and variance | [`scores`] | `Q·Kᵀ`, `/ √d_k`, [`mean`](scores::mean), [`variance`](scores::variance) |
+//! | 4. Masking | [`mask`] | [`Mask`](mask::Mask): causal, padding, arbitrary; `true` = may attend |
+//! | 5. Softmax | [`softmax`] | stable row softmax (and a naive one, to see it fail) |
+//! | 6. Scaled dot-product attention | [`sdpa`] | [`sdpa`](sdpa::sdpa), [`single_query`](sdpa::single_query), [`sdpa_batched`](sdpa::sdpa_batched) |
+//! | 7. Self-attention | [`self_attention`] | [`SelfAttention`](self_attention::SelfAttention): `W_Q`, `W_K`, `W_V` |
+//! | 8. Multi-head attention | [`multihead`] | [`MultiHeadAttention`](multihead::MultiHeadAttention), [`split_heads`](multihead::split_heads), [`merge_heads`](multihead::merge_heads) |
+//!
+//! Alongside: [`notebooks`] holds the numbers the seed notebooks printed (the tests and the
+//! chapters reproduce them), [`AttentionError`] is the one error type, and [`Float`] is the
+//! element type (`f32` or `f64`).
+//!
+//! # Conventions
+//!
+//! - A sequence is rows: `X: (L, d_model)`; scores and weights are `(L_q, L_k)`, row = query
+//!   ("attending from"), column = key ("attending to"). Batches and heads are leading axes.
+//! - Projections multiply on the right, `X · W` with `W: (d_in, d_out)`.
+//! - Masks are boolean, `true` = may attend; blocked scores become −∞; a query with no
+//!   visible key gets all-zero weights and a zero output.
+//! - Functions that can be handed mismatched shapes return [`Result`], never panic.
+//!
+//! ```
+//! use attention::{mask::Mask, sdpa::sdpa, notebooks::nb004};
+//! use ndarray::arr2;
+//!
+//! let (q, k, v) = (arr2(&nb004::Q), arr2(&nb004::K), arr2(&nb004::V));
+//! let att = sdpa(&q, &k, &v, Some(&Mask::causal(4))).unwrap();
+//! let expected = arr2(&nb004::NEW_V);
+//! assert!((att.output - expected).iter().all(|d| d.abs() < nb004::TOLERANCE));
+//! ```
+
+#![doc(test(attr(deny(warnings))))]
+#![warn(missing_docs)]
+
+mod batched;
+pub mod embeddings;
+pub mod error;
+pub mod float;
+pub mod mask;
+pub mod multihead;
+pub mod notebooks;
+pub mod projection;
+pub mod scores;
+pub mod sdpa;
+pub mod self_attention;
+mod shapes;
+pub mod softmax;
+
+pub use error::{AttentionError, Result};
+pub use float::Float;

@@ -1,0 +1,195 @@
+//! Chapter 2, *Queries, keys and values*: the linear map `X · W`.
+//!
+//! `Q = X·W_Q`, `K = X·W_K`, `V = X·W_V` and the multi-head output map `W_O` are all the same
+//! thing: a matrix `W: (d_in, d_out)` multiplied on the *right* of `X: (L, d_in)`, giving
+//! `(L, d_out)`. Each row of `X` (one token) is mapped on its own.
+//!
+//! PyTorch's `nn.Linear` stores its weight the other way round, `(out, in)`, and computes
+//! `x · weightᵀ`; to use a PyTorch weight here, pass its transpose to [`Linear::new`].
+//!
+//! Anchors: `project`, `linear_random`.
+
+use ndarray::{Array, Array2, Array3, ArrayRef, ArrayRef2, ArrayRef3, Dimension, IxDyn};
+use rand::Rng;
+
+use crate::embeddings::random_matrix;
+use crate::error::{AttentionError, Result};
+use crate::float::Float;
+use crate::shapes::Operand;
+
+/// A linear map without bias, `x ↦ x · W` with `W: (d_in, d_out)`.
+///
+/// ```
+/// use attention::projection::Linear;
+/// use ndarray::array;
+///
+/// let w_q = Linear::new(array![[1.0, 0.0], [0.0, 2.0], [1.0, 1.0]]).unwrap(); // (3, 2)
+/// let x = array![[1.0, 2.0, 3.0]];                                           // (1, 3)
+/// assert_eq!(w_q.apply(&x).unwrap(), array![[4.0, 7.0]]);
+/// ```
+#[derive(Debug, Clone, PartialEq)]
+pub struct Linear<A> {
+    w: Array2<A>,
+}
+
+impl<A: Float> Linear<A> {
+    /// A map with the given weight `W: (d_in, d_out)`; neither may be 0.
+    ///
+    /// ```
+    /// use attention::projection::Linear;
+    /// use ndarray::Array2;
+    ///
+    /// assert!(Linear::new(Array2::<f32>::eye(4)).is_ok());
+    /// assert_eq!(
+    ///     Linear::new(Array2::<f32>::zeros((0, 4))).unwrap_err().to_string(),
+    ///     "W has d_in = 0: it must be at least 1"
+    /// );
+    /// ```
+    pub fn new(w: Array2<A>) -> Result<Self> {
+        let (d_in, d_out) = w.dim();
+        if d_in == 0 {
+            return Err(AttentionError::Empty { what: "W".into(), dim: "d_in" });
+        }
+        if d_out == 0 {
+            return Err(AttentionError::Empty { what: "W".into(), dim: "d_out" });
+        }
+        Ok(Linear { w })
+    }
+
+    // ANCHOR: linear_random
+    /// A map with random weights: standard-normal samples times `1/√d_in`.
+    ///
+    /// The factor keeps the variance of `x·W` close to the variance of `x` (each output is a
+    /// sum of `d_in` products). Draw every matrix of a model from one seeded `rng`.
+    ///
+    /// ```
+    /// use attention::projection::Linear;
+    /// use rand::{rngs::StdRng, SeedableRng};
+    ///
+    /// let mut rng = StdRng::seed_from_u64(42);
+    /// let w_q = Linear::<f64>::random(4, 4, &mut rng).unwrap();
+    /// let w_k = Linear::<f64>::random(4, 4, &mut rng).unwrap();
+    /// assert_ne!(w_q, w_k);
+    /// assert_eq!(w_q, Linear::random(4, 4, &mut StdRng::seed_from_u64(42)).unwrap());
+    /// ```
+    pub fn random<R: Rng + ?Sized>(d_in: usize, d_out: usize, rng: &mut R) -> Result<Self> {
+        let scale = 1.0 / (d_in.max(1) as f64).sqrt();
+        Linear::new(random_matrix(d_in, d_out, scale, rng))
+    }
+    // ANCHOR_END: linear_random
+
+    /// The weight matrix `W: (d_in, d_out)`.
+    ///
+    /// ```
+    /// use attention::projection::Linear;
+    /// use ndarray::Array2;
+    ///
+    /// let w = Linear::new(Array2::<f64>::eye(2)).unwrap();
+    /// assert_eq!(w.weight(), Array2::<f64>::eye(2));
+    /// ```
+    pub fn weight(&self) -> &Array2<A> {
+        &self.w
+    }
+
+    /// The input width `d_in`.
+    ///
+    /// ```
+    /// use attention::projection::Linear;
+    /// use ndarray::Array2;
+    ///
+    /// assert_eq!(Linear::new(Array2::<f64>::zeros((5, 3))).unwrap().d_in(), 5);
+    /// ```
+    pub fn d_in(&self) -> usize {
+        self.w.nrows()
+    }
+
+    /// The output width `d_out`.
+    ///
+    /// ```
+    /// use attention::projection::Linear;
+    /// use ndarray::Array2;
+    ///
+    /// assert_eq!(Linear::new(Array2::<f64>::zeros((5, 3))).unwrap().d_out(), 3);
+    /// ```
+    pub fn d_out(&self) -> usize {
+        self.w.ncols()
+    }
+
+    /// The number of learnable numbers, `d_in · d_out`.
+    ///
+    /// ```
+    /// use attention::projection::Linear;
+    /// use ndarray::Array2;
+    ///
+    /// assert_eq!(Linear::new(Array2::<f64>::zeros((5, 3))).unwrap().parameter_count(), 15);
+    /// ```
+    pub fn parameter_count(&self) -> usize {
+        self.w.len()
+    }
+
+    /// `x · W` for `x: (L, d_in)`, giving `(L, d_out)`; fails if `x` is empty or has the
+    /// wrong width.
+    ///
+    /// ```
+    /// use attention::projection::Linear;
+    /// use ndarray::Array2;
+    ///
+    /// let w = Linear::new(Array2::<f64>::zeros((4, 2))).unwrap();
+    /// assert_eq!(w.apply(&Array2::zeros((3, 4))).unwrap().dim(), (3, 2));
+    /// assert_eq!(
+    ///     w.apply(&Array2::zeros((3, 5))).unwrap_err().to_string(),
+    ///     "x has d_in = 5 but W has d_in = 4"
+    /// );
+    /// ```
+    pub fn apply(&self, x: &ArrayRef2<A>) -> Result<Array2<A>> {
+        self.apply_nd(x)
+    }
+
+    /// `x · W` for a batch `x: (batch, L, d_in)`, giving `(batch, L, d_out)`.
+    ///
+    /// ```
+    /// use attention::projection::Linear;
+    /// use ndarray::{Array2, Array3};
+    ///
+    /// let w = Linear::new(Array2::<f64>::eye(3)).unwrap();
+    /// let x = Array3::from_shape_fn((2, 4, 3), |(b, i, j)| (b + i + j) as f64);
+    /// assert_eq!(w.apply_batched(&x).unwrap(), x);
+    /// ```
+    pub fn apply_batched(&self, x: &ArrayRef3<A>) -> Result<Array3<A>> {
+        self.apply_nd(x)
+    }
+
+    /// `x · W` for `x: (..., L, d_in)` with any number of leading axes.
+    pub(crate) fn apply_nd<D: Dimension>(&self, x: &ArrayRef<A, D>) -> Result<Array<A, D>> {
+        let (lead, l, d_in) = Operand { name: "x", shape: x.shape(), rows: "L", cols: "d_in" }.split()?;
+        if d_in != self.d_in() {
+            return Err(AttentionError::mismatch("x", d_in, "W", self.d_in(), "d_in"));
+        }
+        // Every token of every batch item is mapped alike: treat them all as one long sequence.
+        let rows = lead.iter().product::<usize>() * l;
+        let flat = x.to_shape((rows, d_in)).expect("the leading axes and L collapse into rows");
+        let mut shape = x.shape().to_vec();
+        shape[x.ndim() - 1] = self.d_out();
+        let out = project(&flat, &self.w).into_shape_with_order(IxDyn(&shape)).expect("rows split back");
+        Ok(out.into_dimensionality::<D>().expect("same number of axes as x"))
+    }
+}
+
+// ANCHOR: project
+/// The projection itself: `X · W`, `(L, d_in) · (d_in, d_out) = (L, d_out)`.
+///
+/// Row `i` of the result is token `i`'s row of `X` mapped by `W`. This function does not
+/// check shapes (ndarray panics on a mismatch); [`Linear::apply`] does.
+///
+/// ```
+/// use attention::projection::project;
+/// use ndarray::array;
+///
+/// let x = array![[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]];  // (3, 2)
+/// let w = array![[2.0, 0.0, 1.0], [0.0, 3.0, 1.0]];    // (2, 3)
+/// assert_eq!(project(&x, &w), array![[2.0, 0.0, 1.0], [0.0, 3.0, 1.0], [2.0, 3.0, 2.0]]);
+/// ```
+pub fn project<A: Float>(x: &ArrayRef2<A>, w: &ArrayRef2<A>) -> Array2<A> {
+    x.dot(w)
+}
+// ANCHOR_END: project
