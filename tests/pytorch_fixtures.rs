@@ -1,0 +1,151 @@
+//! The crate against PyTorch: `scaled_dot_product_attention` and `nn.MultiheadAttention`.
+//!
+//! The fixtures under `tests/fixtures/` were written by `tools/make_fixtures.py` (its
+//! docstring describes every file; `tests/fixtures/sdpa/README.txt` records the torch
+//! version). Tolerances: `1e-5` for `f32`, `1e-12` for `f64`, absolute, on every entry.
+
+use std::fmt::Debug;
+use std::path::{Path, PathBuf};
+
+use attention::Float;
+use attention::mask::Mask;
+use attention::multihead::MultiHeadAttention;
+use attention::sdpa::{sdpa, sdpa_batched};
+use ndarray::{ArrayD, Axis, Ix2, Ix3};
+use ndarray_npy::{ReadableElement, read_npy};
+
+const F32_TOLERANCE: f64 = 1e-5;
+const F64_TOLERANCE: f64 = 1e-12;
+
+fn fixture_dir(kind: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests").join("fixtures").join(kind)
+}
+
+/// The case directories of one kind whose names start with the dtype, sorted.
+fn cases(kind: &str, dtype: &str) -> Vec<PathBuf> {
+    let mut dirs: Vec<PathBuf> = std::fs::read_dir(fixture_dir(kind))
+        .unwrap_or_else(|e| panic!("cannot list the {kind} fixtures: {e}"))
+        .map(|entry| entry.unwrap().path())
+        .filter(|p| p.is_dir() && p.file_name().unwrap().to_string_lossy().starts_with(&format!("{dtype}_")))
+        .collect();
+    dirs.sort();
+    dirs
+}
+
+fn load<A: ReadableElement>(dir: &Path, name: &str) -> ArrayD<A> {
+    let path = dir.join(format!("{name}.npy"));
+    read_npy(&path).unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()))
+}
+
+fn load_mask(dir: &Path, l_q: usize, l_k: usize) -> Option<Mask> {
+    if dir.join("mask.npy").exists() {
+        Some(Mask::from_array(load::<bool>(dir, "mask")).unwrap())
+    } else if dir.join("causal.npy").exists() {
+        Some(Mask::causal_rect(l_q, l_k))
+    } else {
+        None
+    }
+}
+
+/// The largest absolute difference, failing on a shape mismatch or a NaN anywhere.
+fn max_diff<A: Float>(case: &Path, what: &str, got: &ArrayD<A>, expected: &ArrayD<A>) -> f64 {
+    assert_eq!(got.shape(), expected.shape(), "{}: {what} shape", case.display());
+    got.iter()
+        .zip(expected)
+        .map(|(&g, &e)| {
+            assert!(!g.is_nan() && !e.is_nan(), "{}: {what} has NaN", case.display());
+            (g - e).abs().to_f64().unwrap()
+        })
+        .fold(0.0, f64::max)
+}
+
+fn assert_close<A: Float>(case: &Path, what: &str, got: &ArrayD<A>, expected: &ArrayD<A>, tolerance: f64) {
+    let diff = max_diff(case, what, got, expected);
+    assert!(diff <= tolerance, "{}: {what} differs from PyTorch by {diff:e} > {tolerance:e}", case.display());
+}
+
+fn two_d<A: Clone>(a: &ArrayD<A>) -> ndarray::ArrayView2<'_, A> {
+    a.view().into_dimensionality::<Ix2>().unwrap()
+}
+
+fn check_sdpa_cases<A: Float + ReadableElement + Debug>(dtype: &str, tolerance: f64) -> usize {
+    let dirs = cases("sdpa", dtype);
+    for dir in &dirs {
+        let (q, k, v) = (load::<A>(dir, "q"), load::<A>(dir, "k"), load::<A>(dir, "v"));
+        let n = q.ndim();
+        let mask = load_mask(dir, q.shape()[n - 2], k.shape()[n - 2]);
+        let att = sdpa_batched(&q, &k, &v, mask.as_ref()).unwrap();
+        assert_close(dir, "output", &att.output, &load(dir, "out"), tolerance);
+        assert_close(dir, "weights", &att.weights, &load(dir, "weights"), tolerance);
+        if n == 2 {
+            // The plain 2-D function, the one the chapters show, must give the same.
+            let plain = sdpa(&two_d(&q), &two_d(&k), &two_d(&v), mask.as_ref()).unwrap();
+            assert_close(dir, "sdpa vs sdpa_batched", &plain.output.into_dyn(), &att.output, tolerance);
+        }
+    }
+    dirs.len()
+}
+
+#[test]
+fn sdpa_matches_pytorch_f64() {
+    assert_eq!(check_sdpa_cases::<f64>("f64", F64_TOLERANCE), 22, "expected 22 f64 SDPA cases");
+}
+
+#[test]
+fn sdpa_matches_pytorch_f32() {
+    assert_eq!(check_sdpa_cases::<f32>("f32", F32_TOLERANCE), 22, "expected 22 f32 SDPA cases");
+}
+
+#[test]
+fn fully_masked_rows_are_zero_in_pytorch_and_here() {
+    // The script blocked every key of queries 0 and 2 (L = 5): PyTorch returned zero rows.
+    let dir = fixture_dir("sdpa").join("f64_fully_masked_rows_L5");
+    let (q, k, v) = (load::<f64>(&dir, "q"), load::<f64>(&dir, "k"), load::<f64>(&dir, "v"));
+    let mask = load_mask(&dir, 5, 5).unwrap();
+    let torch_out = load::<f64>(&dir, "out");
+    let ours = sdpa_batched(&q, &k, &v, Some(&mask)).unwrap();
+    for row in [0, 2] {
+        let torch_row = torch_out.index_axis(Axis(0), row);
+        assert!(torch_row.iter().all(|&x| x == 0.0), "torch row {row}: {torch_row}");
+        assert!(ours.output.index_axis(Axis(0), row).iter().all(|&x| x == 0.0));
+        assert!(ours.weights.index_axis(Axis(0), row).iter().all(|&x| x == 0.0));
+    }
+}
+
+fn check_mha_cases<A: Float + ReadableElement + Debug>(dtype: &str, tolerance: f64) -> usize {
+    let dirs = cases("mha", dtype);
+    for dir in &dirs {
+        let w = |name| load::<A>(dir, name).into_dimensionality::<Ix2>().unwrap();
+        let heads = load::<i64>(dir, "heads").into_iter().next().unwrap() as usize;
+        let mha = MultiHeadAttention::new(w("w_q"), w("w_k"), w("w_v"), w("w_o"), heads).unwrap();
+        let (x_q, x_kv) = (load::<A>(dir, "x_q"), load::<A>(dir, "x_kv"));
+        let mask = dir.join("mask.npy").exists().then(|| Mask::from_array(load::<bool>(dir, "mask")).unwrap());
+        let (output, weights) = if x_q.ndim() == 2 {
+            let (x_q, x_kv) = (x_q.into_dimensionality::<Ix2>().unwrap(), x_kv.into_dimensionality::<Ix2>().unwrap());
+            let out = mha.cross(&x_q, &x_kv, mask.as_ref()).unwrap();
+            if x_q == x_kv {
+                let looped = mha.forward_per_head(&x_q, mask.as_ref()).unwrap();
+                let diff = max_diff(dir, "loop vs reshape", &looped.output.into_dyn(), &out.output.clone().into_dyn());
+                assert!(diff <= tolerance, "{}: per-head loop differs by {diff:e}", dir.display());
+            }
+            (out.output.into_dyn(), out.weights.into_dyn())
+        } else {
+            let (x_q, x_kv) = (x_q.into_dimensionality::<Ix3>().unwrap(), x_kv.into_dimensionality::<Ix3>().unwrap());
+            let out = mha.cross_batched(&x_q, &x_kv, mask.as_ref()).unwrap();
+            (out.output.into_dyn(), out.weights.into_dyn())
+        };
+        assert_close(dir, "output", &output, &load(dir, "out"), tolerance);
+        assert_close(dir, "weights", &weights, &load(dir, "weights"), tolerance);
+    }
+    dirs.len()
+}
+
+#[test]
+fn multihead_matches_pytorch_f64() {
+    assert_eq!(check_mha_cases::<f64>("f64", F64_TOLERANCE), 6, "expected 6 f64 MHA cases");
+}
+
+#[test]
+fn multihead_matches_pytorch_f32() {
+    assert_eq!(check_mha_cases::<f32>("f32", F32_TOLERANCE), 6, "expected 6 f32 MHA cases");
+}
