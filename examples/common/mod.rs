@@ -1,0 +1,53 @@
+//! Shared by the chapter examples (`examples/chNN_*.rs`): where their figures go.
+//!
+//! A chapter example declares `mod common;` and calls [`out_dir`] in its `main`:
+//!
+//! ```text
+//! cargo run --example ch03_scores                      # writes into book/img/
+//! cargo run --example ch03_scores -- --out-dir /tmp/x  # writes into /tmp/x/
+//! BOOK_IMG_DIR=/tmp/x cargo run --example ch03_scores  # the same
+//! ```
+//!
+//! `--out-dir` wins over `BOOK_IMG_DIR`, which wins over the default `<repository>/book/img`.
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+
+/// The environment variable that redirects the figures.
+pub const ENV_VAR: &str = "BOOK_IMG_DIR";
+
+/// The directory this run's figures go to (created if missing), from the command line, the
+/// environment, or the default `book/img` of this repository.
+pub fn out_dir() -> Result<PathBuf, String> {
+    let dir = resolve(std::env::args_os().skip(1), std::env::var_os(ENV_VAR))?;
+    std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create the figure directory {}: {e}", dir.display()))?;
+    Ok(dir)
+}
+
+/// The default: `book/img` next to the root `Cargo.toml`.
+pub fn default_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("book").join("img")
+}
+
+/// Picks the directory from the arguments (after the program name) and the environment
+/// variable's value. Arguments other than `--out-dir DIR` / `--out-dir=DIR` are left to the
+/// example.
+pub fn resolve(args: impl IntoIterator<Item = OsString>, env: Option<OsString>) -> Result<PathBuf, String> {
+    let mut args = args.into_iter();
+    let mut from_args = None;
+    while let Some(arg) = args.next() {
+        let text = arg.to_string_lossy();
+        if text == "--out-dir" {
+            let dir = args.next().ok_or("--out-dir needs a directory after it")?;
+            from_args = Some(PathBuf::from(dir));
+        } else if let Some(dir) = text.strip_prefix("--out-dir=") {
+            from_args = Some(PathBuf::from(dir));
+        }
+    }
+    if from_args.as_ref().is_some_and(|d| d.as_os_str().is_empty()) {
+        return Err("--out-dir needs a non-empty directory".into());
+    }
+    Ok(from_args
+        .or_else(|| env.filter(|e| !e.is_empty()).map(PathBuf::from))
+        .unwrap_or_else(default_dir))
+}
