@@ -8,7 +8,7 @@ use ndarray::{Array2, ArrayBase, Data, Ix2};
 use crate::canvas::{self, Align, Area, Baseline, Font};
 use crate::color::{self, ColorScheme, Scale, ValueRange, INK, MASK_FILL, MASK_HATCH, MUTED};
 use crate::error::{FigureError, Result};
-use crate::ticks::{format_value, linear_ticks};
+use crate::ticks::{format_value, labelled_linear_ticks};
 
 /// Matrices with more rows or columns than this are not annotated unless asked to be.
 pub const ANNOTATE_MAX: usize = 16;
@@ -783,8 +783,7 @@ fn max_lines<'a>(texts: impl Iterator<Item = &'a str>) -> usize {
 
 /// Ticks of the colour bar and their labels.
 fn colorbar_ticks(scale: &Scale) -> Vec<(f64, String)> {
-    let (ticks, decimals) = linear_ticks(scale.low, scale.high, 6);
-    ticks.into_iter().map(|t| (t, format_value(t, decimals))).collect()
+    labelled_linear_ticks(scale.low, scale.high, 6)
 }
 
 /// Width of the colour bar with its ticks, label and the "masked" legend.

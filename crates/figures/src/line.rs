@@ -8,7 +8,7 @@ use crate::canvas::{self, Align, Area, Baseline, Font};
 use crate::color::{GRID, INK, MUTED, series_color};
 use crate::error::{FigureError, Result};
 use crate::heatmap::check_png_path;
-use crate::ticks::{format_tick, format_value, linear_ticks, log_ticks};
+use crate::ticks::{format_tick, labelled_linear_ticks, log_ticks};
 
 const LABEL: Font = Font::regular(17.0);
 const AXIS: Font = Font::regular(18.0);
@@ -58,10 +58,7 @@ impl Axis {
     fn ticks(self, t0: f64, t1: f64) -> Vec<(f64, String)> {
         let (lo, hi) = (self.inverse(t0), self.inverse(t1));
         let ticks: Vec<(f64, String)> = match self {
-            Axis::Linear => {
-                let (ticks, decimals) = linear_ticks(lo, hi, 7);
-                ticks.into_iter().map(|t| (t, format_value(t, decimals))).collect()
-            }
+            Axis::Linear => labelled_linear_ticks(lo, hi, 7),
             Axis::Log2 | Axis::Log10 => {
                 let base = if self == Axis::Log2 { 2.0 } else { 10.0 };
                 log_ticks(lo, hi, base, 11).into_iter().map(|t| (t, format_tick(t))).collect()

@@ -1,7 +1,12 @@
 //! Tick positions and number formatting shared by colour bars and charts.
 
 /// Formats `v` with `precision` decimals, with a true minus sign (U+2212) and no "−0.00".
+/// Magnitudes of a million and more are written in scientific notation ("1.50e7").
 pub(crate) fn format_value(v: f64, precision: usize) -> String {
+    if v.abs() >= 1e6 {
+        let p = precision.min(3);
+        return format!("{v:.p$e}").replace("e-", "e\u{2212}").replacen('-', "\u{2212}", 1);
+    }
     let s = format!("{v:.precision$}");
     if s.bytes().all(|b| matches!(b, b'-' | b'0' | b'.')) {
         return s.trim_start_matches('-').to_string();
@@ -28,6 +33,14 @@ pub(crate) fn linear_ticks(lo: f64, hi: f64, max_count: usize) -> (Vec<f64>, usi
     let last = (hi / step + 1e-9).floor() as i64;
     let ticks = (first..=last).map(|k| k as f64 * step).map(|t| if t.abs() < step * 1e-9 { 0.0 } else { t }).collect();
     (ticks, decimals)
+}
+
+/// [`linear_ticks`] with their labels, all with the same number of decimals (scientific
+/// notation for very large or very small steps).
+pub(crate) fn labelled_linear_ticks(lo: f64, hi: f64, max_count: usize) -> Vec<(f64, String)> {
+    let (ticks, decimals) = linear_ticks(lo, hi, max_count);
+    let label = |t: f64| if decimals > 6 { format_tick(t) } else { format_value(t, decimals) };
+    ticks.into_iter().map(|t| (t, label(t))).collect()
 }
 
 /// Powers of `base` within [lo, hi] (lo > 0), thinned to at most `max_count`.
@@ -69,6 +82,7 @@ mod tests {
         assert_eq!(format_value(-0.25, 2), "\u{2212}0.25");
         assert_eq!(format_value(-0.0001, 3), "0.000");
         assert_eq!(format_value(0.123456, 3), "0.123");
+        assert_eq!(format_value(-1.5e7, 2), "\u{2212}1.50e7");
     }
 
     #[test]
