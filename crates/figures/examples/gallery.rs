@@ -128,5 +128,28 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             .series("normalised entropy", temps.iter().map(|&t| (t, 1.0 - (-t).exp())))
             .save(dir.join("temperature.png"))
     })?;
+    time("edge: 1x8 row, long title", || {
+        Heatmap::new(&softmax(&matrix(1, 8, 7), 2.0, false))
+            .title("A single query attending over eight keys, with a title longer than the matrix")
+            .precision(2)
+            .save(dir.join("edge_row.png"))
+    })?;
+    time("edge: 16x16 annotated", || {
+        Heatmap::new(&softmax(&(matrix(16, 16, 8) * 3.0), 1.0, false)).colorbar_label("attention weight").save(dir.join("edge_16.png"))
+    })?;
+    time("edge: 4 heads 64x64", || {
+        let mut g = HeatmapGrid::new().title("Four heads, 64 tokens").colorbar_label("attention weight");
+        for h in 0..4 {
+            g = g.panel(Panel::new(&softmax(&(matrix(64, 64, 20 + h) * 4.0), 1.0, true)).title(format!("head {h}")).allowed(&a64));
+        }
+        g.save(dir.join("edge_heads64.png"))
+    })?;
+    time("edge: legend wrapping", || {
+        let mut c = LineChart::new().title("Many series").x_label("x").y_label("y").x_axis(Axis::Log10);
+        for k in 0..7 {
+            c = c.series(format!("series number {k}"), (0..6).map(move |i| (10f64.powi(i), (i * k) as f64)));
+        }
+        c.save(dir.join("edge_legend.png"))
+    })?;
     Ok(())
 }

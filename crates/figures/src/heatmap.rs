@@ -658,6 +658,10 @@ struct Layout {
     row_label_w: i32,
     col_label_h: i32,
     panel_title_h: i32,
+    /// Room above the panel title and below the column labels, so that a row title longer
+    /// than a short matrix is not clipped.
+    pad_top: i32,
+    pad_bottom: i32,
     title_h: i32,
     row_title_w: i32,
     col_title_h: i32,
@@ -693,6 +697,8 @@ impl Layout {
             row_label_w: 0,
             col_label_h: 0,
             panel_title_h: if panels.iter().any(|p| p.title.is_some()) { PANEL_TITLE.block_height(max_lines(panels.iter().filter_map(|p| p.title.as_deref()))) + GAP } else { 0 },
+            pad_top: 0,
+            pad_bottom: 0,
             title_h: title.map_or(0, |t| TITLE.block_height(t.lines().count().max(1)) + 12),
             row_title_w: if style.row_title.is_empty() { 0 } else { AXIS.line_height() + GAP },
             col_title_h: if style.col_title.is_empty() { 0 } else { AXIS.line_height() + GAP },
@@ -719,6 +725,11 @@ impl Layout {
                 .find(|&c| layout.with_columns(c).width() <= TARGET_WIDTH)
                 .unwrap_or(floor),
         };
+        if !style.row_title.is_empty() {
+            let half = AXIS.width(&style.row_title) / 2 + 4;
+            layout.pad_top = (half - layout.matrix_h() / 2 - layout.panel_title_h).max(0);
+            layout.pad_bottom = (half - layout.matrix_h() / 2 - layout.col_label_h - layout.col_title_h).max(0);
+        }
         Ok(layout)
     }
 
@@ -760,7 +771,11 @@ impl Layout {
     }
     /// Height of one panel slot: panel title, matrix and column labels.
     fn slot_h(&self) -> i32 {
-        self.panel_title_h + self.matrix_h() + self.col_label_h
+        self.above() + self.matrix_h() + self.col_label_h + self.pad_bottom
+    }
+    /// From the top of a slot to the top of its matrix.
+    fn above(&self) -> i32 {
+        self.pad_top + self.panel_title_h
     }
 }
 
@@ -783,7 +798,7 @@ fn max_lines<'a>(texts: impl Iterator<Item = &'a str>) -> usize {
 
 /// Ticks of the colour bar and their labels.
 fn colorbar_ticks(scale: &Scale) -> Vec<(f64, String)> {
-    labelled_linear_ticks(scale.low, scale.high, 6)
+    labelled_linear_ticks(scale.low, scale.high, 8)
 }
 
 /// Width of the colour bar with its ticks, label and the "masked" legend.
@@ -815,8 +830,8 @@ fn render(panels: &[Panel], style: &Style, title: Option<&str>, columns: Option<
 
     // The colour bar spans the matrices of the first to the last grid row (at least 160 px).
     let bar_x = grid_right + 24;
-    let bar_top = grid_top + l.panel_title_h;
-    let bar_h = (slot_y(grid_rows - 1) + l.panel_title_h + l.matrix_h() - bar_top).clamp(160, 480);
+    let bar_top = grid_top + l.above();
+    let bar_h = (slot_y(grid_rows - 1) + l.above() + l.matrix_h() - bar_top).clamp(160, 480);
     let legend_h = if l.any_masked { 14 + BAR_W } else { 0 };
     let title_w = title.map_or(0, |t| TITLE.block_width(t));
     let width = (bar_x + l.bar_w + MARGIN).max(title_w + 2 * MARGIN);
@@ -832,7 +847,7 @@ fn render(panels: &[Panel], style: &Style, title: Option<&str>, columns: Option<
         for (i, p) in panels.iter().enumerate() {
             let (gr, gc) = (i / l.columns, i % l.columns);
             let mx = slot_x(gc) + l.row_label_w + GAP;
-            let my = slot_y(gr) + l.panel_title_h;
+            let my = slot_y(gr) + l.above();
             draw_panel(area, p, style, &l, &scale, (mx, my))?;
             if gc == 0 && !style.row_title.is_empty() {
                 let cy = my + p.data.nrows() as i32 * l.cell / 2;

@@ -18,7 +18,7 @@ pub(crate) fn format_value(v: f64, precision: usize) -> String {
 /// Returns the ticks and the number of decimals they need.
 pub(crate) fn linear_ticks(lo: f64, hi: f64, max_count: usize) -> (Vec<f64>, usize) {
     let span = hi - lo;
-    if !(span > 0.0) || !span.is_finite() {
+    if span.is_nan() || span <= 0.0 || span.is_infinite() {
         return (vec![lo], 2);
     }
     let rough = span / (max_count.max(2) - 1) as f64;
@@ -61,7 +61,7 @@ pub(crate) fn format_tick(v: f64) -> String {
     let a = v.abs();
     let s = if a == 0.0 {
         "0".to_string()
-    } else if a >= 1e6 || a < 1e-4 {
+    } else if !(1e-4..1e6).contains(&a) {
         let s = format!("{v:e}");
         s.replace("e-", "e\u{2212}")
     } else {
