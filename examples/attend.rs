@@ -1,0 +1,23 @@
+//! Attention on your own tensors: reads Q, K, V (and a mask) from NumPy `.npy` files and
+//! writes the output (and the weights).
+//!
+//! ```text
+//! cargo run --release --example attend -- --q Q.npy --k K.npy --v V.npy \
+//!     [--mask causal | --mask M.npy] --out OUT.npy [--weights W.npy]
+//! ```
+//!
+//! - Q `(…, L_q, d_k)`, K `(…, L_k, d_k)`, V `(…, L_k, d_v)` with the same 0, 1 or 2 leading
+//!   axes, all float32 or all float64.
+//! - M is bool `(L_q, L_k)` or with the same leading axes; `true` = may attend.
+//!   `--mask causal` lets query `i` see keys `0..=i`.
+//! - OUT is `(…, L_q, d_v)` in the input dtype; W is `(…, L_q, L_k)`.
+//!
+//! Any bad input (missing or malformed file, mixed dtypes, wrong shapes, NaN) stops the tool
+//! with one line `error: <file>: <problem>` and exit code 1, and no output file is written.
+
+#[allow(dead_code)] // the module also holds the `multihead` tool
+mod reader_tools;
+
+fn main() -> std::process::ExitCode {
+    reader_tools::main_with(reader_tools::attend::run)
+}
