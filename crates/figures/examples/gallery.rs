@@ -8,9 +8,13 @@ use ndarray::Array2;
 
 /// A deterministic pseudo-random matrix (no RNG crate needed here).
 fn matrix(rows: usize, cols: usize, seed: u64) -> Array2<f64> {
-    let mut state = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+    let mut state = seed
+        .wrapping_mul(6364136223846793005)
+        .wrapping_add(1442695040888963407);
     Array2::from_shape_fn((rows, cols), |_| {
-        state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        state = state
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
         ((state >> 33) as f64 / (1u64 << 31) as f64) * 2.0 - 1.0
     })
 }
@@ -20,7 +24,9 @@ fn softmax(scores: &Array2<f64>, sharpness: f64, causal: bool) -> Array2<f64> {
     let mut w = scores * sharpness;
     for (i, mut row) in w.rows_mut().into_iter().enumerate() {
         if causal {
-            row.iter_mut().skip(i + 1).for_each(|v| *v = f64::NEG_INFINITY);
+            row.iter_mut()
+                .skip(i + 1)
+                .for_each(|v| *v = f64::NEG_INFINITY);
         }
         let m = row.fold(f64::NEG_INFINITY, |a, &b| a.max(b));
         row.mapv_inplace(|v| (v - m).exp());
@@ -38,7 +44,11 @@ fn time<T>(what: &str, f: impl FnOnce() -> T) -> T {
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let dir = std::path::PathBuf::from(std::env::args().nth(1).unwrap_or_else(|| "/tmp/gallery".into()));
+    let dir = std::path::PathBuf::from(
+        std::env::args()
+            .nth(1)
+            .unwrap_or_else(|| "/tmp/gallery".into()),
+    );
     std::fs::create_dir_all(&dir)?;
     let tokens = ["The", "cat", "sat", "on", "the", "mat"];
     let s6 = matrix(6, 6, 1) * 3.0;
@@ -56,7 +66,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             .save(dir.join("weights6.png"))
     })?;
     let mut masked_scores = s6.clone();
-    masked_scores.indexed_iter_mut().filter(|((i, j), _)| j > i).for_each(|(_, v)| *v = f64::NEG_INFINITY);
+    masked_scores
+        .indexed_iter_mut()
+        .filter(|((i, j), _)| j > i)
+        .for_each(|(_, v)| *v = f64::NEG_INFINITY);
     time("heatmap 6x6 (scores, diverging, -inf)", || {
         Heatmap::new(&masked_scores)
             .labels(&tokens)
@@ -67,25 +80,41 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     })?;
     let long = ["attending", "to", "representations", "of", "tokens", "here"];
     time("heatmap 6x6 (long labels)", || {
-        Heatmap::new(&c6).labels(&long).allowed(&allowed).colorbar_label("attention weight").save(dir.join("long6.png"))
+        Heatmap::new(&c6)
+            .labels(&long)
+            .allowed(&allowed)
+            .colorbar_label("attention weight")
+            .save(dir.join("long6.png"))
     })?;
     let s64 = matrix(64, 64, 2) * 4.0;
     let w64 = softmax(&s64, 1.0, true);
     let a64 = Array2::from_shape_fn((64, 64), |(i, j)| j <= i);
     time("heatmap 64x64", || {
-        Heatmap::new(&w64).title("64 tokens, causal").allowed(&a64).colorbar_label("attention weight").save(dir.join("w64.png"))
+        Heatmap::new(&w64)
+            .title("64 tokens, causal")
+            .allowed(&a64)
+            .colorbar_label("attention weight")
+            .save(dir.join("w64.png"))
     })?;
     time("grid standard vs causal", || {
         HeatmapGrid::new()
             .title("Standard vs causal self-attention")
             .panel(Panel::new(&w6).title("standard").labels(&tokens))
-            .panel(Panel::new(&c6).title("causal").labels(&tokens).allowed(&allowed))
+            .panel(
+                Panel::new(&c6)
+                    .title("causal")
+                    .labels(&tokens)
+                    .allowed(&allowed),
+            )
             .range(ValueRange::Fixed(0.0, 1.0))
             .colorbar_label("attention weight")
             .save(dir.join("pair.png"))
     })?;
     time("grid 8 heads 6x6", || {
-        let mut g = HeatmapGrid::new().title("Eight heads").colorbar_label("attention weight").range(ValueRange::Fixed(0.0, 1.0));
+        let mut g = HeatmapGrid::new()
+            .title("Eight heads")
+            .colorbar_label("attention weight")
+            .range(ValueRange::Fixed(0.0, 1.0));
         for h in 0..8 {
             let w = softmax(&(matrix(6, 6, 10 + h) * 3.0), 1.0, false);
             g = g.panel(Panel::new(&w).title(format!("head {h}")).labels(&tokens));
@@ -124,8 +153,16 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             .y_label("value")
             .y_range(0.0, 1.0)
             .markers(false)
-            .series("max weight", temps.iter().map(|&t| (t, 1.0 / (1.0 + 2.0 * (-1.0 / t).exp()))))
-            .series("normalised entropy", temps.iter().map(|&t| (t, 1.0 - (-t).exp())))
+            .series(
+                "max weight",
+                temps
+                    .iter()
+                    .map(|&t| (t, 1.0 / (1.0 + 2.0 * (-1.0 / t).exp()))),
+            )
+            .series(
+                "normalised entropy",
+                temps.iter().map(|&t| (t, 1.0 - (-t).exp())),
+            )
             .save(dir.join("temperature.png"))
     })?;
     time("edge: 1x8 row, long title", || {
@@ -135,19 +172,34 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             .save(dir.join("edge_row.png"))
     })?;
     time("edge: 16x16 annotated", || {
-        Heatmap::new(&softmax(&(matrix(16, 16, 8) * 3.0), 1.0, false)).colorbar_label("attention weight").save(dir.join("edge_16.png"))
+        Heatmap::new(&softmax(&(matrix(16, 16, 8) * 3.0), 1.0, false))
+            .colorbar_label("attention weight")
+            .save(dir.join("edge_16.png"))
     })?;
     time("edge: 4 heads 64x64", || {
-        let mut g = HeatmapGrid::new().title("Four heads, 64 tokens").colorbar_label("attention weight");
+        let mut g = HeatmapGrid::new()
+            .title("Four heads, 64 tokens")
+            .colorbar_label("attention weight");
         for h in 0..4 {
-            g = g.panel(Panel::new(&softmax(&(matrix(64, 64, 20 + h) * 4.0), 1.0, true)).title(format!("head {h}")).allowed(&a64));
+            g = g.panel(
+                Panel::new(&softmax(&(matrix(64, 64, 20 + h) * 4.0), 1.0, true))
+                    .title(format!("head {h}"))
+                    .allowed(&a64),
+            );
         }
         g.save(dir.join("edge_heads64.png"))
     })?;
     time("edge: legend wrapping", || {
-        let mut c = LineChart::new().title("Many series").x_label("x").y_label("y").x_axis(Axis::Log10);
+        let mut c = LineChart::new()
+            .title("Many series")
+            .x_label("x")
+            .y_label("y")
+            .x_axis(Axis::Log10);
         for k in 0..7 {
-            c = c.series(format!("series number {k}"), (0..6).map(move |i| (10f64.powi(i), (i * k) as f64)));
+            c = c.series(
+                format!("series number {k}"),
+                (0..6).map(move |i| (10f64.powi(i), (i * k) as f64)),
+            );
         }
         c.save(dir.join("edge_legend.png"))
     })?;

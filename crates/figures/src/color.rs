@@ -53,7 +53,11 @@ pub enum ValueRange {
 
 impl ValueRange {
     /// Resolves the range for finite `values`, checking fixed bounds.
-    pub(crate) fn resolve(self, scheme: ColorScheme, values: impl Iterator<Item = f64>) -> Result<(f64, f64)> {
+    pub(crate) fn resolve(
+        self,
+        scheme: ColorScheme,
+        values: impl Iterator<Item = f64>,
+    ) -> Result<(f64, f64)> {
         let (low, high) = match self {
             ValueRange::Fixed(low, high) => {
                 if !(low.is_finite() && high.is_finite() && low < high) {
@@ -62,7 +66,9 @@ impl ValueRange {
                 return Ok((low, high));
             }
             ValueRange::Auto => {
-                let (lo, hi) = values.fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), v| (lo.min(v), hi.max(v)));
+                let (lo, hi) = values.fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), v| {
+                    (lo.min(v), hi.max(v))
+                });
                 if lo > hi {
                     (0.0, 1.0) // every cell masked
                 } else if scheme == ColorScheme::Diverging {
@@ -117,11 +123,19 @@ impl Scale {
 pub(crate) fn text_on(bg: RGBColor) -> RGBColor {
     let lin = |c: u8| {
         let c = c as f64 / 255.0;
-        if c <= 0.04045 { c / 12.92 } else { ((c + 0.055) / 1.055).powf(2.4) }
+        if c <= 0.04045 {
+            c / 12.92
+        } else {
+            ((c + 0.055) / 1.055).powf(2.4)
+        }
     };
     let l = 0.2126 * lin(bg.0) + 0.7152 * lin(bg.1) + 0.0722 * lin(bg.2);
     // Contrast with black is (l + 0.05) / 0.05, with white 1.05 / (l + 0.05): equal at l ≈ 0.179.
-    if l > 0.179 { INK } else { RGBColor(255, 255, 255) }
+    if l > 0.179 {
+        INK
+    } else {
+        RGBColor(255, 255, 255)
+    }
 }
 
 /// The colour of text and axes: near-black.
@@ -148,19 +162,56 @@ mod tests {
     #[test]
     fn auto_ranges() {
         let v = [0.1, 0.7, 0.3];
-        assert_eq!(ValueRange::Auto.resolve(ColorScheme::Sequential, v.into_iter()).unwrap(), (0.1, 0.7));
+        assert_eq!(
+            ValueRange::Auto
+                .resolve(ColorScheme::Sequential, v.into_iter())
+                .unwrap(),
+            (0.1, 0.7)
+        );
         let s = [-0.5, 2.0];
-        assert_eq!(ValueRange::Auto.resolve(ColorScheme::Diverging, s.into_iter()).unwrap(), (-2.0, 2.0));
-        assert_eq!(ValueRange::Auto.resolve(ColorScheme::Sequential, [0.0; 3].into_iter()).unwrap(), (0.0, 1.0));
-        assert_eq!(ValueRange::Auto.resolve(ColorScheme::Diverging, [0.0; 3].into_iter()).unwrap(), (-1.0, 1.0));
-        assert_eq!(ValueRange::Auto.resolve(ColorScheme::Sequential, [2.0; 3].into_iter()).unwrap(), (1.0, 3.0));
-        assert!(ValueRange::Fixed(1.0, 1.0).resolve(ColorScheme::Sequential, [].into_iter()).is_err());
-        assert!(ValueRange::Fixed(f64::NAN, 1.0).resolve(ColorScheme::Sequential, [].into_iter()).is_err());
+        assert_eq!(
+            ValueRange::Auto
+                .resolve(ColorScheme::Diverging, s.into_iter())
+                .unwrap(),
+            (-2.0, 2.0)
+        );
+        assert_eq!(
+            ValueRange::Auto
+                .resolve(ColorScheme::Sequential, [0.0; 3].into_iter())
+                .unwrap(),
+            (0.0, 1.0)
+        );
+        assert_eq!(
+            ValueRange::Auto
+                .resolve(ColorScheme::Diverging, [0.0; 3].into_iter())
+                .unwrap(),
+            (-1.0, 1.0)
+        );
+        assert_eq!(
+            ValueRange::Auto
+                .resolve(ColorScheme::Sequential, [2.0; 3].into_iter())
+                .unwrap(),
+            (1.0, 3.0)
+        );
+        assert!(
+            ValueRange::Fixed(1.0, 1.0)
+                .resolve(ColorScheme::Sequential, [].into_iter())
+                .is_err()
+        );
+        assert!(
+            ValueRange::Fixed(f64::NAN, 1.0)
+                .resolve(ColorScheme::Sequential, [].into_iter())
+                .is_err()
+        );
     }
 
     #[test]
     fn diverging_is_white_at_zero_red_above() {
-        let s = Scale { scheme: ColorScheme::Diverging, low: -1.0, high: 1.0 };
+        let s = Scale {
+            scheme: ColorScheme::Diverging,
+            low: -1.0,
+            high: 1.0,
+        };
         let mid = s.color(0.0);
         assert!(mid.0 > 230 && mid.1 > 230 && mid.2 > 230, "{mid:?}");
         let hot = s.color(1.0);
@@ -169,7 +220,11 @@ mod tests {
 
     #[test]
     fn text_colour_follows_luminance() {
-        let s = Scale { scheme: ColorScheme::Sequential, low: 0.0, high: 1.0 };
+        let s = Scale {
+            scheme: ColorScheme::Sequential,
+            low: 0.0,
+            high: 1.0,
+        };
         assert_eq!(text_on(s.color(0.0)), INK); // pale yellow
         assert_eq!(text_on(s.color(1.0)), RGBColor(255, 255, 255)); // dark red
     }

@@ -55,7 +55,9 @@ pub enum FigureError {
         cols: usize,
     },
     /// A NaN or infinite value in a cell that is not masked (−∞ counts as masked).
-    #[error("{what} has the value {value} at row {row}, column {col}: only finite values can be coloured (mask the cell to draw it as masked)")]
+    #[error(
+        "{what} has the value {value} at row {row}, column {col}: only finite values can be coloured (mask the cell to draw it as masked)"
+    )]
     NonFinite {
         /// Which matrix ("the matrix", "panel 2").
         what: String,
@@ -93,7 +95,9 @@ pub enum FigureError {
         why: &'static str,
     },
     /// The figure would be too large to be useful (and to hold in memory).
-    #[error("the figure would be {width}×{height} pixels, more than the limit of {limit} on a side")]
+    #[error(
+        "the figure would be {width}×{height} pixels, more than the limit of {limit} on a side"
+    )]
     TooLarge {
         /// Computed width in pixels.
         width: u32,
@@ -122,5 +126,14 @@ pub enum FigureError {
     Draw(String),
 }
 
-/// Shorthand for `Result<T, FigureError>`.
+/// Shorthand for `Result<T, FigureError>`, what every drawing method returns.
+///
+/// ```
+/// fn draw(dir: &std::path::Path) -> figures::Result<()> {
+///     figures::Heatmap::new(&ndarray::array![[0.5, 0.5]]).save(dir.join("w.png"))
+/// }
+/// let dir = tempfile::tempdir()?;
+/// draw(dir.path())?;
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 pub type Result<T> = std::result::Result<T, FigureError>;

@@ -5,42 +5,58 @@ use std::path::Path;
 
 use ndarray::{Array2, ArrayBase, Data, Ix2};
 
-use crate::canvas::{self, Align, Area, Baseline, Font};
-use crate::color::{self, ColorScheme, Scale, ValueRange, INK, MASK_FILL, MASK_HATCH, MUTED};
+use crate::canvas::{self, AXIS, Align, Area, Baseline, Font, GAP, LABEL, MARGIN, TICK, TITLE};
+use crate::color::{self, ColorScheme, INK, MASK_FILL, MASK_HATCH, MUTED, Scale, ValueRange};
 use crate::error::{FigureError, Result};
 use crate::ticks::{format_value, labelled_linear_ticks};
 
 /// Matrices with more rows or columns than this are not annotated unless asked to be.
+///
+/// ```
+/// let dir = tempfile::tempdir()?;
+/// let n = figures::ANNOTATE_MAX + 1;
+/// let big = ndarray::Array2::<f64>::from_elem((n, n), 1.0 / n as f64);
+/// // Colour only, no numbers: they would not fit in the cells.
+/// figures::Heatmap::new(&big).save(dir.path().join("big.png"))?;
+/// // Force them anyway (the image grows to make room).
+/// figures::Heatmap::new(&big).annotate(true).save(dir.path().join("big_numbers.png"))?;
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 pub const ANNOTATE_MAX: usize = 16;
 /// Automatic layouts (annotations, number of grid columns) aim to stay this wide or narrower:
 /// an mdBook page shows about 750 px of content at 100% zoom.
+///
+/// ```
+/// // Four small heads fit side by side in one row.
+/// let p = || figures::Panel::new(&ndarray::Array2::<f64>::eye(2));
+/// let png = figures::HeatmapGrid::new().panel(p()).panel(p()).panel(p()).panel(p()).to_png()?;
+/// let width = u32::from_be_bytes(png[16..20].try_into().unwrap());
+/// assert!(width <= figures::TARGET_WIDTH as u32);
+/// # Ok::<(), figures::FigureError>(())
+/// ```
 pub const TARGET_WIDTH: i32 = 800;
 /// Values are written in the cells automatically only if the figure, with its panels at least
 /// two to a row, stays this wide or narrower.
 const MAX_AUTO_WIDTH: i32 = 900;
 
-const LABEL: Font = Font::regular(17.0);
 const VALUE: Font = Font::regular(17.0);
-const AXIS: Font = Font::regular(18.0);
 const PANEL_TITLE: Font = Font::bold(18.0);
-const TITLE: Font = Font::bold(21.0);
-const MARGIN: i32 = 16;
-const GAP: i32 = 8;
 const PANEL_GAP: i32 = 28;
 const BAR_W: i32 = 22;
-const TICK: i32 = 5;
 
 /// One matrix of a [`HeatmapGrid`], with its own title, labels and mask.
 ///
 /// ```
-/// use figures::Panel;
+/// use figures::{HeatmapGrid, Panel};
 /// use ndarray::array;
 ///
+/// let dir = tempfile::tempdir()?;
 /// let causal = Panel::new(&array![[1.0, 0.0], [0.3, 0.7]])
 ///     .title("causal")
 ///     .labels(&["The", "cat"])
 ///     .allowed(&array![[true, false], [true, true]]);
-/// # let _ = causal;
+/// HeatmapGrid::new().panel(causal).save(dir.path().join("causal.png"))?;
+/// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 #[derive(Clone, Debug)]
 pub struct Panel {
@@ -67,7 +83,13 @@ impl Panel {
         S: Data<Elem = A>,
         A: Copy + Into<f64>,
     {
-        Panel { data: data.mapv(Into::into), title: None, row_labels: None, col_labels: None, masked: None }
+        Panel {
+            data: data.mapv(Into::into),
+            title: None,
+            row_labels: None,
+            col_labels: None,
+            masked: None,
+        }
     }
 
     /// The title above the panel (in a [`Heatmap`], the title of the figure).
@@ -149,39 +171,67 @@ impl Panel {
     fn validate(&self, what: &str) -> Result<()> {
         let (rows, cols) = self.data.dim();
         if rows == 0 || cols == 0 {
-            return Err(FigureError::EmptyMatrix { what: what.to_string(), rows, cols });
+            return Err(FigureError::EmptyMatrix {
+                what: what.to_string(),
+                rows,
+                cols,
+            });
         }
-        for (axis, labels, len) in [("row", &self.row_labels, rows), ("column", &self.col_labels, cols)] {
+        for (axis, labels, len) in [
+            ("row", &self.row_labels, rows),
+            ("column", &self.col_labels, cols),
+        ] {
             if let Some(labels) = labels
                 && labels.len() != len
             {
-                return Err(FigureError::LabelCount { axis, labels: labels.len(), len });
+                return Err(FigureError::LabelCount {
+                    axis,
+                    labels: labels.len(),
+                    len,
+                });
             }
         }
         if let Some(m) = &self.masked
             && m.dim() != (rows, cols)
         {
             let (mask_rows, mask_cols) = m.dim();
-            return Err(FigureError::MaskShape { mask_rows, mask_cols, rows, cols });
+            return Err(FigureError::MaskShape {
+                mask_rows,
+                mask_cols,
+                rows,
+                cols,
+            });
         }
         for ((row, col), &value) in self.data.indexed_iter() {
             if !value.is_finite() && !self.is_masked(row, col) {
-                return Err(FigureError::NonFinite { what: what.to_string(), row, col, value });
+                return Err(FigureError::NonFinite {
+                    what: what.to_string(),
+                    row,
+                    col,
+                    value,
+                });
             }
         }
         Ok(())
     }
 
     fn unmasked_values(&self) -> impl Iterator<Item = f64> + '_ {
-        self.data.indexed_iter().filter(|&((r, c), _)| !self.is_masked(r, c)).map(|(_, &v)| v)
+        self.data
+            .indexed_iter()
+            .filter(|&((r, c), _)| !self.is_masked(r, c))
+            .map(|(_, &v)| v)
     }
 
     fn row_label(&self, r: usize) -> String {
-        self.row_labels.as_ref().map_or_else(|| r.to_string(), |l| l[r].clone())
+        self.row_labels
+            .as_ref()
+            .map_or_else(|| r.to_string(), |l| l[r].clone())
     }
 
     fn col_label(&self, c: usize) -> String {
-        self.col_labels.as_ref().map_or_else(|| c.to_string(), |l| l[c].clone())
+        self.col_labels
+            .as_ref()
+            .map_or_else(|| c.to_string(), |l| l[c].clone())
     }
 }
 
@@ -386,7 +436,10 @@ impl Heatmap {
         S: Data<Elem = A>,
         A: Copy + Into<f64>,
     {
-        Heatmap { panel: Panel::new(data), style: Style::default() }
+        Heatmap {
+            panel: Panel::new(data),
+            style: Style::default(),
+        }
     }
 
     /// The title above the figure; `\n` starts a new line.
@@ -488,7 +541,13 @@ impl Heatmap {
     pub fn to_png(&self) -> Result<Vec<u8>> {
         let mut panel = self.panel.clone();
         let title = panel.title.take();
-        render(std::slice::from_ref(&panel), &self.style, title.as_deref(), None, "the matrix")
+        render(
+            std::slice::from_ref(&panel),
+            &self.style,
+            title.as_deref(),
+            None,
+            "the matrix",
+        )
     }
 
     /// Draws the figure into the PNG file at `path` (its directory must exist).
@@ -501,9 +560,7 @@ impl Heatmap {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn save(&self, path: impl AsRef<Path>) -> Result<()> {
-        let path = path.as_ref();
-        check_png_path(path)?;
-        canvas::write_png(path, &self.to_png()?)
+        canvas::save(path.as_ref(), || self.to_png())
     }
 }
 
@@ -614,9 +671,17 @@ impl HeatmapGrid {
     /// ```
     pub fn to_png(&self) -> Result<Vec<u8>> {
         if self.panels.is_empty() {
-            return Err(FigureError::Nothing("the grid has no panels: add some with .panel(..)".into()));
+            return Err(FigureError::Nothing(
+                "the grid has no panels: add some with .panel(..)".into(),
+            ));
         }
-        render(&self.panels, &self.style, self.title.as_deref(), self.columns, "panel")
+        render(
+            &self.panels,
+            &self.style,
+            self.title.as_deref(),
+            self.columns,
+            "panel",
+        )
     }
 
     /// Draws the grid into the PNG file at `path` (its directory must exist).
@@ -629,18 +694,7 @@ impl HeatmapGrid {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn save(&self, path: impl AsRef<Path>) -> Result<()> {
-        let path = path.as_ref();
-        check_png_path(path)?;
-        canvas::write_png(path, &self.to_png()?)
-    }
-}
-
-/// Fails early (before drawing) on a path that cannot be a PNG.
-pub(crate) fn check_png_path(path: &Path) -> Result<()> {
-    if path.extension().is_some_and(|e| e.eq_ignore_ascii_case("png")) {
-        Ok(())
-    } else {
-        Err(FigureError::NotPng { path: path.to_path_buf() })
+        canvas::save(path.as_ref(), || self.to_png())
     }
 }
 
@@ -670,7 +724,13 @@ struct Layout {
 }
 
 impl Layout {
-    fn new(panels: &[Panel], style: &Style, title: Option<&str>, columns: Option<usize>, scale: &Scale) -> Result<Self> {
+    fn new(
+        panels: &[Panel],
+        style: &Style,
+        title: Option<&str>,
+        columns: Option<usize>,
+        scale: &Scale,
+    ) -> Result<Self> {
         let max_rows = panels.iter().map(|p| p.data.nrows()).max().unwrap_or(1);
         let max_cols = panels.iter().map(|p| p.data.ncols()).max().unwrap_or(1);
         let any_masked = panels
@@ -679,7 +739,12 @@ impl Layout {
         // Widest text a cell must hold when annotated.
         let value_w = panels
             .iter()
-            .flat_map(|p| p.data.iter().filter(|v| v.is_finite()).map(|&v| VALUE.width(&format_value(v, style.precision))))
+            .flat_map(|p| {
+                p.data
+                    .iter()
+                    .filter(|v| v.is_finite())
+                    .map(|&v| VALUE.width(&format_value(v, style.precision)))
+            })
             .chain(any_masked.then(|| VALUE.width(&style.mask_mark)))
             .max()
             .unwrap_or(0);
@@ -696,12 +761,18 @@ impl Layout {
             rotate_cols: false,
             row_label_w: 0,
             col_label_h: 0,
-            panel_title_h: if panels.iter().any(|p| p.title.is_some()) { PANEL_TITLE.block_height(max_lines(panels.iter().filter_map(|p| p.title.as_deref()))) + GAP } else { 0 },
+            panel_title_h: if panels.iter().any(|p| p.title.is_some()) {
+                PANEL_TITLE
+                    .block_height(max_lines(panels.iter().filter_map(|p| p.title.as_deref())))
+                    + GAP
+            } else {
+                0
+            },
             pad_top: 0,
             pad_bottom: 0,
             title_h: title.map_or(0, |t| TITLE.block_height(t.lines().count().max(1)) + 12),
-            row_title_w: if style.row_title.is_empty() { 0 } else { AXIS.line_height() + GAP },
-            col_title_h: if style.col_title.is_empty() { 0 } else { AXIS.line_height() + GAP },
+            row_title_w: AXIS.room(&style.row_title, GAP),
+            col_title_h: AXIS.room(&style.col_title, GAP),
             bar_w: colorbar_width(style, scale, any_masked),
             any_masked,
         };
@@ -728,7 +799,8 @@ impl Layout {
         if !style.row_title.is_empty() {
             let half = AXIS.width(&style.row_title) / 2 + 4;
             layout.pad_top = (half - layout.matrix_h() / 2 - layout.panel_title_h).max(0);
-            layout.pad_bottom = (half - layout.matrix_h() / 2 - layout.col_label_h - layout.col_title_h).max(0);
+            layout.pad_bottom =
+                (half - layout.matrix_h() / 2 - layout.col_label_h - layout.col_title_h).max(0);
         }
         Ok(layout)
     }
@@ -743,16 +815,24 @@ impl Layout {
         let shown = |step: usize, n: usize| (0..n).step_by(step);
         self.row_label_w = panels
             .iter()
-            .flat_map(|p| shown(self.row_step, p.data.nrows()).map(move |r| LABEL.width(&p.row_label(r))))
+            .flat_map(|p| {
+                shown(self.row_step, p.data.nrows()).map(move |r| LABEL.width(&p.row_label(r)))
+            })
             .max()
             .unwrap_or(0);
         let col_w = panels
             .iter()
-            .flat_map(|p| shown(self.col_step, p.data.ncols()).map(move |c| LABEL.width(&p.col_label(c))))
+            .flat_map(|p| {
+                shown(self.col_step, p.data.ncols()).map(move |c| LABEL.width(&p.col_label(c)))
+            })
             .max()
             .unwrap_or(0);
         self.rotate_cols = col_w > cell * self.col_step as i32 - 6;
-        self.col_label_h = if self.rotate_cols { col_w } else { LABEL.line_height() } + 6;
+        self.col_label_h = if self.rotate_cols {
+            col_w
+        } else {
+            LABEL.line_height()
+        } + 6;
     }
 
     fn with_columns(&self, columns: usize) -> LayoutSize<'_> {
@@ -788,7 +868,10 @@ struct LayoutSize<'a> {
 impl LayoutSize<'_> {
     fn width(&self) -> i32 {
         let l = self.l;
-        MARGIN + l.row_title_w + self.columns as i32 * (l.slot_w() + PANEL_GAP) - PANEL_GAP + 24 + l.bar_w + MARGIN
+        MARGIN + l.row_title_w + self.columns as i32 * (l.slot_w() + PANEL_GAP) - PANEL_GAP
+            + 24
+            + l.bar_w
+            + MARGIN
     }
 }
 
@@ -803,21 +886,41 @@ fn colorbar_ticks(scale: &Scale) -> Vec<(f64, String)> {
 
 /// Width of the colour bar with its ticks, label and the "masked" legend.
 fn colorbar_width(style: &Style, scale: &Scale, any_masked: bool) -> i32 {
-    let tick_w = colorbar_ticks(scale).iter().map(|(_, s)| LABEL.width(s)).max().unwrap_or(0);
-    let label_w = if style.colorbar_label.is_empty() { 0 } else { 10 + AXIS.line_height() };
+    let tick_w = LABEL.widest(colorbar_ticks(scale).iter().map(|(_, s)| s.as_str()));
+    let label_w = AXIS.room(&style.colorbar_label, 10);
     let bar = BAR_W + TICK + 4 + tick_w + label_w;
-    let legend = if any_masked { BAR_W + GAP + LABEL.width("masked") } else { 0 };
+    let legend = if any_masked {
+        BAR_W + GAP + LABEL.width("masked")
+    } else {
+        0
+    };
     bar.max(legend)
 }
 
 /// Validates, lays out and draws panels; `what` names a single matrix or the panels in errors.
-fn render(panels: &[Panel], style: &Style, title: Option<&str>, columns: Option<usize>, what: &str) -> Result<Vec<u8>> {
+fn render(
+    panels: &[Panel],
+    style: &Style,
+    title: Option<&str>,
+    columns: Option<usize>,
+    what: &str,
+) -> Result<Vec<u8>> {
     for (i, p) in panels.iter().enumerate() {
-        let name = if panels.len() == 1 && what != "panel" { what.to_string() } else { format!("panel {i}") };
+        let name = if panels.len() == 1 && what != "panel" {
+            what.to_string()
+        } else {
+            format!("panel {i}")
+        };
         p.validate(&name)?;
     }
-    let (low, high) = style.range.resolve(style.scheme, panels.iter().flat_map(Panel::unmasked_values))?;
-    let scale = Scale { scheme: style.scheme, low, high };
+    let (low, high) = style
+        .range
+        .resolve(style.scheme, panels.iter().flat_map(Panel::unmasked_values))?;
+    let scale = Scale {
+        scheme: style.scheme,
+        low,
+        high,
+    };
     let l = Layout::new(panels, style, title, columns, &scale)?;
     let grid_rows = panels.len().div_ceil(l.columns);
 
@@ -851,13 +954,31 @@ fn render(panels: &[Panel], style: &Style, title: Option<&str>, columns: Option<
             draw_panel(area, p, style, &l, &scale, (mx, my))?;
             if gc == 0 && !style.row_title.is_empty() {
                 let cy = my + p.data.nrows() as i32 * l.cell / 2;
-                canvas::text(area, &style.row_title, (MARGIN, cy), AXIS, INK, Align::Center, Baseline::Top, true)?;
+                canvas::text(
+                    area,
+                    &style.row_title,
+                    (MARGIN, cy),
+                    AXIS,
+                    INK,
+                    Align::Center,
+                    Baseline::Top,
+                    true,
+                )?;
             }
             let bottom_of_column = i + l.columns >= panels.len();
             if bottom_of_column && !style.col_title.is_empty() {
                 let cx = mx + p.data.ncols() as i32 * l.cell / 2;
                 let y = my + p.data.nrows() as i32 * l.cell + l.col_label_h + GAP / 2;
-                canvas::text(area, &style.col_title, (cx, y), AXIS, INK, Align::Center, Baseline::Top, false)?;
+                canvas::text(
+                    area,
+                    &style.col_title,
+                    (cx, y),
+                    AXIS,
+                    INK,
+                    Align::Center,
+                    Baseline::Top,
+                    false,
+                )?;
             }
         }
         draw_colorbar(area, style, &scale, (bar_x, bar_top), bar_h)?;
@@ -865,21 +986,44 @@ fn render(panels: &[Panel], style: &Style, title: Option<&str>, columns: Option<
             let y = bar_top + bar_h + 14;
             hatch(area, (bar_x, y), (bar_x + BAR_W, y + BAR_W))?;
             canvas::outline(area, (bar_x, y), (bar_x + BAR_W, y + BAR_W), MUTED)?;
-            canvas::text(area, "masked", (bar_x + BAR_W + GAP, y + BAR_W / 2), LABEL, INK, Align::Start, Baseline::Middle, false)?;
+            canvas::text(
+                area,
+                "masked",
+                (bar_x + BAR_W + GAP, y + BAR_W / 2),
+                LABEL,
+                INK,
+                Align::Start,
+                Baseline::Middle,
+                false,
+            )?;
         }
         Ok(())
     })
 }
 
 /// Draws one panel whose matrix has its top-left corner at `(mx, my)`.
-fn draw_panel(area: &Area, p: &Panel, style: &Style, l: &Layout, scale: &Scale, (mx, my): (i32, i32)) -> Result<()> {
+fn draw_panel(
+    area: &Area,
+    p: &Panel,
+    style: &Style,
+    l: &Layout,
+    scale: &Scale,
+    (mx, my): (i32, i32),
+) -> Result<()> {
     let (rows, cols) = p.data.dim();
     let cell = l.cell;
     // Thin white lines between cells once cells are large enough to show them.
     let sep = i32::from(cell >= 20);
     if let Some(t) = &p.title {
         let cx = mx + cols as i32 * cell / 2;
-        canvas::text_block(area, t, (cx, my - l.panel_title_h), PANEL_TITLE, INK, Align::Center)?;
+        canvas::text_block(
+            area,
+            t,
+            (cx, my - l.panel_title_h),
+            PANEL_TITLE,
+            INK,
+            Align::Center,
+        )?;
     }
     for ((r, c), &v) in p.data.indexed_iter() {
         let x0 = mx + c as i32 * cell;
@@ -889,7 +1033,16 @@ fn draw_panel(area: &Area, p: &Panel, style: &Style, l: &Layout, scale: &Scale, 
             hatch(area, (x0, y0), (x1, y1))?;
             if l.annotate {
                 let center = ((x0 + x1) / 2, (y0 + y1) / 2);
-                canvas::text(area, &style.mask_mark, center, VALUE, INK, Align::Center, Baseline::Middle, false)?;
+                canvas::text(
+                    area,
+                    &style.mask_mark,
+                    center,
+                    VALUE,
+                    INK,
+                    Align::Center,
+                    Baseline::Middle,
+                    false,
+                )?;
             }
         } else {
             let bg = scale.color(v);
@@ -897,22 +1050,58 @@ fn draw_panel(area: &Area, p: &Panel, style: &Style, l: &Layout, scale: &Scale, 
             if l.annotate {
                 let center = ((x0 + x1) / 2, (y0 + y1) / 2);
                 let s = format_value(v, style.precision);
-                canvas::text(area, &s, center, VALUE, color::text_on(bg), Align::Center, Baseline::Middle, false)?;
+                canvas::text(
+                    area,
+                    &s,
+                    center,
+                    VALUE,
+                    color::text_on(bg),
+                    Align::Center,
+                    Baseline::Middle,
+                    false,
+                )?;
             }
         }
     }
     for r in (0..rows).step_by(l.row_step) {
         let cy = my + r as i32 * cell + cell / 2;
-        canvas::text(area, &p.row_label(r), (mx - GAP, cy), LABEL, INK, Align::End, Baseline::Middle, false)?;
+        canvas::text(
+            area,
+            &p.row_label(r),
+            (mx - GAP, cy),
+            LABEL,
+            INK,
+            Align::End,
+            Baseline::Middle,
+            false,
+        )?;
     }
     let below = my + rows as i32 * cell + 6;
     for c in (0..cols).step_by(l.col_step) {
         let cx = mx + c as i32 * cell + cell / 2;
         let label = p.col_label(c);
         if l.rotate_cols {
-            canvas::text(area, &label, (cx, below), LABEL, INK, Align::End, Baseline::Middle, true)?;
+            canvas::text(
+                area,
+                &label,
+                (cx, below),
+                LABEL,
+                INK,
+                Align::End,
+                Baseline::Middle,
+                true,
+            )?;
         } else {
-            canvas::text(area, &label, (cx, below), LABEL, INK, Align::Center, Baseline::Top, false)?;
+            canvas::text(
+                area,
+                &label,
+                (cx, below),
+                LABEL,
+                INK,
+                Align::Center,
+                Baseline::Top,
+                false,
+            )?;
         }
     }
     Ok(())
@@ -924,7 +1113,8 @@ fn hatch(area: &Area, (x0, y0): (i32, i32), (x1, y1): (i32, i32)) -> Result<()> 
     for y in y0..y1 {
         for x in x0..x1 {
             if (x - x0 + y - y0) % 8 == 0 {
-                area.draw_pixel((x, y), &MASK_HATCH).map_err(canvas::draw_err)?;
+                area.draw_pixel((x, y), &MASK_HATCH)
+                    .map_err(canvas::draw_err)?;
             }
         }
     }
@@ -932,7 +1122,13 @@ fn hatch(area: &Area, (x0, y0): (i32, i32), (x1, y1): (i32, i32)) -> Result<()> 
 }
 
 /// A vertical colour bar, high values on top, with ticks and its label.
-fn draw_colorbar(area: &Area, style: &Style, scale: &Scale, (x, top): (i32, i32), h: i32) -> Result<()> {
+fn draw_colorbar(
+    area: &Area,
+    style: &Style,
+    scale: &Scale,
+    (x, top): (i32, i32),
+    h: i32,
+) -> Result<()> {
     for i in 0..h {
         let t = 1.0 - (i as f64 + 0.5) / h as f64;
         canvas::fill(area, (x, top + i), (x + BAR_W, top + i + 1), scale.at(t))?;
@@ -940,13 +1136,32 @@ fn draw_colorbar(area: &Area, style: &Style, scale: &Scale, (x, top): (i32, i32)
     canvas::outline(area, (x, top), (x + BAR_W, top + h), MUTED)?;
     let mut label_x = x + BAR_W + TICK + 4;
     for (t, s) in colorbar_ticks(scale) {
-        let y = top + ((1.0 - (t - scale.low) / (scale.high - scale.low)) * (h - 1) as f64).round() as i32;
+        let y = top
+            + ((1.0 - (t - scale.low) / (scale.high - scale.low)) * (h - 1) as f64).round() as i32;
         canvas::fill(area, (x + BAR_W, y), (x + BAR_W + TICK, y + 1), MUTED)?;
-        canvas::text(area, &s, (x + BAR_W + TICK + 4, y), LABEL, INK, Align::Start, Baseline::Middle, false)?;
+        canvas::text(
+            area,
+            &s,
+            (x + BAR_W + TICK + 4, y),
+            LABEL,
+            INK,
+            Align::Start,
+            Baseline::Middle,
+            false,
+        )?;
         label_x = label_x.max(x + BAR_W + TICK + 4 + LABEL.width(&s));
     }
     if !style.colorbar_label.is_empty() {
-        canvas::text(area, &style.colorbar_label, (label_x + 10, top + h / 2), AXIS, INK, Align::Center, Baseline::Top, true)?;
+        canvas::text(
+            area,
+            &style.colorbar_label,
+            (label_x + 10, top + h / 2),
+            AXIS,
+            INK,
+            Align::Center,
+            Baseline::Top,
+            true,
+        )?;
     }
     Ok(())
 }

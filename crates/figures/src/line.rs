@@ -4,18 +4,10 @@ use std::path::Path;
 
 use plotters::prelude::*;
 
-use crate::canvas::{self, Align, Area, Baseline, Font};
+use crate::canvas::{self, AXIS, Align, Area, Baseline, GAP, LABEL, MARGIN, TICK, TITLE};
 use crate::color::{GRID, INK, MUTED, series_color};
 use crate::error::{FigureError, Result};
-use crate::heatmap::check_png_path;
 use crate::ticks::{format_tick, labelled_linear_ticks, log_ticks};
-
-const LABEL: Font = Font::regular(17.0);
-const AXIS: Font = Font::regular(18.0);
-const TITLE: Font = Font::bold(21.0);
-const MARGIN: i32 = 16;
-const GAP: i32 = 8;
-const TICK: i32 = 5;
 
 /// How an axis maps values to positions.
 ///
@@ -61,11 +53,17 @@ impl Axis {
             Axis::Linear => labelled_linear_ticks(lo, hi, 7),
             Axis::Log2 | Axis::Log10 => {
                 let base = if self == Axis::Log2 { 2.0 } else { 10.0 };
-                log_ticks(lo, hi, base, 11).into_iter().map(|t| (t, format_tick(t))).collect()
+                log_ticks(lo, hi, base, 11)
+                    .into_iter()
+                    .map(|t| (t, format_tick(t)))
+                    .collect()
             }
         };
         let slack = (t1 - t0) * 1e-9;
-        ticks.into_iter().filter(|&(v, _)| (t0 - slack..=t1 + slack).contains(&self.forward(v))).collect()
+        ticks
+            .into_iter()
+            .filter(|&(v, _)| (t0 - slack..=t1 + slack).contains(&self.forward(v)))
+            .collect()
     }
     /// The transformed range shown for data spanning [lo, hi], with a little room at the ends.
     fn span(self, lo: f64, hi: f64, pad: f64) -> (f64, f64) {
@@ -249,13 +247,23 @@ impl LineChart {
     ///     .save(dir.path().join("s.png"))?;
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
-    pub fn series<X, Y>(mut self, name: impl Into<String>, points: impl IntoIterator<Item = (X, Y)>) -> Self
+    pub fn series<X, Y>(
+        mut self,
+        name: impl Into<String>,
+        points: impl IntoIterator<Item = (X, Y)>,
+    ) -> Self
     where
         X: Into<f64>,
         Y: Into<f64>,
     {
-        let points = points.into_iter().map(|(x, y)| (x.into(), y.into())).collect();
-        self.series.push(Series { name: name.into(), points });
+        let points = points
+            .into_iter()
+            .map(|(x, y)| (x.into(), y.into()))
+            .collect();
+        self.series.push(Series {
+            name: name.into(),
+            points,
+        });
         self
     }
 
@@ -292,16 +300,26 @@ impl LineChart {
     /// Checks every point and returns the data's x and y extents.
     fn extents(&self) -> Result<((f64, f64), (f64, f64))> {
         if self.series.is_empty() {
-            return Err(FigureError::Nothing("the chart has no series: add some with .series(..)".into()));
+            return Err(FigureError::Nothing(
+                "the chart has no series: add some with .series(..)".into(),
+            ));
         }
         let mut xs = (f64::INFINITY, f64::NEG_INFINITY);
         let mut ys = xs;
         for s in &self.series {
             if s.points.is_empty() {
-                return Err(FigureError::Nothing(format!("series \"{}\" has no points", s.name)));
+                return Err(FigureError::Nothing(format!(
+                    "series \"{}\" has no points",
+                    s.name
+                )));
             }
             for &(x, y) in &s.points {
-                let bad = |why| FigureError::BadPoint { series: s.name.clone(), x, y, why };
+                let bad = |why| FigureError::BadPoint {
+                    series: s.name.clone(),
+                    x,
+                    y,
+                    why,
+                };
                 if !x.is_finite() || !y.is_finite() {
                     return Err(bad("its coordinates must be finite"));
                 }
@@ -341,10 +359,13 @@ impl LineChart {
         let y_ticks = self.y_axis.ticks(ty0, ty1);
 
         let (width, height) = (self.size.0 as i32, self.size.1 as i32);
-        let title_h = self.title.as_deref().map_or(0, |t| TITLE.block_height(t.lines().count().max(1)) + 12);
-        let y_label_w = if self.y_label.is_empty() { 0 } else { AXIS.line_height() + GAP };
-        let y_ticks_w = y_ticks.iter().map(|(_, s)| LABEL.width(s)).max().unwrap_or(0);
-        let x_label_h = if self.x_label.is_empty() { 0 } else { AXIS.line_height() + GAP };
+        let title_h = self
+            .title
+            .as_deref()
+            .map_or(0, |t| TITLE.block_height(t.lines().count().max(1)) + 12);
+        let y_label_w = AXIS.room(&self.y_label, GAP);
+        let y_ticks_w = LABEL.widest(y_ticks.iter().map(|(_, s)| s.as_str()));
+        let x_label_h = AXIS.room(&self.x_label, GAP);
         let legend = self.legend_rows(width - 2 * MARGIN);
         let legend_h = legend.len() as i32 * (LABEL.line_height() + 6) + GAP;
         // The plot rectangle; half a tick label of room on the right for the last x tick.
@@ -357,41 +378,95 @@ impl LineChart {
                 "a {width}×{height} image leaves no room for the plot: make it larger with .size(..)"
             )));
         }
-        let px = |v: f64| left + ((self.x_axis.forward(v) - tx0) / (tx1 - tx0) * (right - left) as f64).round() as i32;
-        let py = |v: f64| bottom - ((self.y_axis.forward(v) - ty0) / (ty1 - ty0) * (bottom - top) as f64).round() as i32;
+        let px = |v: f64| {
+            left + ((self.x_axis.forward(v) - tx0) / (tx1 - tx0) * (right - left) as f64).round()
+                as i32
+        };
+        let py = |v: f64| {
+            bottom
+                - ((self.y_axis.forward(v) - ty0) / (ty1 - ty0) * (bottom - top) as f64).round()
+                    as i32
+        };
 
         canvas::render_png(width as u32, height as u32, |area| {
             if let Some(t) = &self.title {
-                canvas::text_block(area, t, ((left + right) / 2, MARGIN), TITLE, INK, Align::Center)?;
+                canvas::text_block(
+                    area,
+                    t,
+                    ((left + right) / 2, MARGIN),
+                    TITLE,
+                    INK,
+                    Align::Center,
+                )?;
             }
             for (v, s) in &x_ticks {
                 let x = px(*v);
                 canvas::fill(area, (x, top), (x + 1, bottom), GRID)?;
                 canvas::fill(area, (x, bottom), (x + 1, bottom + TICK), MUTED)?;
-                canvas::text(area, s, (x, bottom + TICK + 4), LABEL, INK, Align::Center, Baseline::Top, false)?;
+                canvas::text(
+                    area,
+                    s,
+                    (x, bottom + TICK + 4),
+                    LABEL,
+                    INK,
+                    Align::Center,
+                    Baseline::Top,
+                    false,
+                )?;
             }
             for (v, s) in &y_ticks {
                 let y = py(*v);
                 canvas::fill(area, (left, y), (right, y + 1), GRID)?;
                 canvas::fill(area, (left - TICK, y), (left, y + 1), MUTED)?;
-                canvas::text(area, s, (left - TICK - 4, y), LABEL, INK, Align::End, Baseline::Middle, false)?;
+                canvas::text(
+                    area,
+                    s,
+                    (left - TICK - 4, y),
+                    LABEL,
+                    INK,
+                    Align::End,
+                    Baseline::Middle,
+                    false,
+                )?;
             }
             canvas::fill(area, (left, top), (left + 1, bottom + 1), MUTED)?;
             canvas::fill(area, (left, bottom), (right + 1, bottom + 1), MUTED)?;
             if !self.y_label.is_empty() {
-                canvas::text(area, &self.y_label, (MARGIN, (top + bottom) / 2), AXIS, INK, Align::Center, Baseline::Top, true)?;
+                canvas::text(
+                    area,
+                    &self.y_label,
+                    (MARGIN, (top + bottom) / 2),
+                    AXIS,
+                    INK,
+                    Align::Center,
+                    Baseline::Top,
+                    true,
+                )?;
             }
             let x_label_y = bottom + TICK + 4 + LABEL.line_height() + GAP;
             if !self.x_label.is_empty() {
-                canvas::text(area, &self.x_label, ((left + right) / 2, x_label_y), AXIS, INK, Align::Center, Baseline::Top, false)?;
+                canvas::text(
+                    area,
+                    &self.x_label,
+                    ((left + right) / 2, x_label_y),
+                    AXIS,
+                    INK,
+                    Align::Center,
+                    Baseline::Top,
+                    false,
+                )?;
             }
             // Lines and markers, clipped to the plot rectangle (with room for half a marker).
-            let plot = area.clone().shrink((left - 6, top - 6), ((right - left + 13) as u32, (bottom - top + 13) as u32));
+            let plot = area.clone().shrink(
+                (left - 6, top - 6),
+                ((right - left + 13) as u32, (bottom - top + 13) as u32),
+            );
             let local = |(x, y): (f64, f64)| (px(x) - left + 6, py(y) - top + 6);
             for (i, s) in self.series.iter().enumerate() {
                 let color = series_color(i);
                 let pts: Vec<(i32, i32)> = s.points.iter().map(|&p| local(p)).collect();
-                plot.draw(&PathElement::new(pts.clone(), color.stroke_width(2))).map_err(canvas::draw_err)?;
+                plot.draw(&PathElement::new(pts.clone(), color.stroke_width(2)))
+                    .map_err(canvas::draw_err)?;
                 if self.markers {
                     for &p in &pts {
                         marker(&plot, i, p, color)?;
@@ -406,11 +481,24 @@ impl LineChart {
                 for &i in row {
                     let cy = y + LABEL.line_height() / 2;
                     let color = series_color(i);
-                    area.draw(&PathElement::new(vec![(x, cy), (x + 28, cy)], color.stroke_width(2))).map_err(canvas::draw_err)?;
+                    area.draw(&PathElement::new(
+                        vec![(x, cy), (x + 28, cy)],
+                        color.stroke_width(2),
+                    ))
+                    .map_err(canvas::draw_err)?;
                     if self.markers {
                         marker(area, i, (x + 14, cy), color)?;
                     }
-                    canvas::text(area, &self.series[i].name, (x + 36, cy), LABEL, INK, Align::Start, Baseline::Middle, false)?;
+                    canvas::text(
+                        area,
+                        &self.series[i].name,
+                        (x + 36, cy),
+                        LABEL,
+                        INK,
+                        Align::Start,
+                        Baseline::Middle,
+                        false,
+                    )?;
                     x += self.legend_entry_w(i);
                 }
                 y += LABEL.line_height() + 6;
@@ -452,9 +540,7 @@ impl LineChart {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn save(&self, path: impl AsRef<Path>) -> Result<()> {
-        let path = path.as_ref();
-        check_png_path(path)?;
-        canvas::write_png(path, &self.to_png()?)
+        canvas::save(path.as_ref(), || self.to_png())
     }
 }
 
@@ -464,9 +550,23 @@ fn marker(area: &Area, i: usize, (x, y): (i32, i32), color: RGBColor) -> Result<
     let r = 5;
     match i % 4 {
         0 => area.draw(&Circle::new((x, y), r, style)),
-        1 => area.draw(&Rectangle::new([(x - r + 1, y - r + 1), (x + r, y + r)], style)),
-        2 => area.draw(&Polygon::new(vec![(x, y - r - 1), (x + r + 1, y + r), (x - r - 1, y + r)], style)),
-        _ => area.draw(&Polygon::new(vec![(x, y - r - 1), (x + r + 1, y), (x, y + r + 1), (x - r - 1, y)], style)),
+        1 => area.draw(&Rectangle::new(
+            [(x - r + 1, y - r + 1), (x + r, y + r)],
+            style,
+        )),
+        2 => area.draw(&Polygon::new(
+            vec![(x, y - r - 1), (x + r + 1, y + r), (x - r - 1, y + r)],
+            style,
+        )),
+        _ => area.draw(&Polygon::new(
+            vec![
+                (x, y - r - 1),
+                (x + r + 1, y),
+                (x, y + r + 1),
+                (x - r - 1, y),
+            ],
+            style,
+        )),
     }
     .map_err(canvas::draw_err)
 }

@@ -5,7 +5,9 @@
 pub(crate) fn format_value(v: f64, precision: usize) -> String {
     if v.abs() >= 1e6 {
         let p = precision.min(3);
-        return format!("{v:.p$e}").replace("e-", "e\u{2212}").replacen('-', "\u{2212}", 1);
+        return format!("{v:.p$e}")
+            .replace("e-", "e\u{2212}")
+            .replacen('-', "\u{2212}", 1);
     }
     let s = format!("{v:.precision$}");
     if s.bytes().all(|b| matches!(b, b'-' | b'0' | b'.')) {
@@ -31,7 +33,10 @@ pub(crate) fn linear_ticks(lo: f64, hi: f64, max_count: usize) -> (Vec<f64>, usi
     let decimals = ((-(step.log10().floor())).max(0.0) as usize + extra).min(12);
     let first = (lo / step - 1e-9).ceil() as i64;
     let last = (hi / step + 1e-9).floor() as i64;
-    let ticks = (first..=last).map(|k| k as f64 * step).map(|t| if t.abs() < step * 1e-9 { 0.0 } else { t }).collect();
+    let ticks = (first..=last)
+        .map(|k| k as f64 * step)
+        .map(|t| if t.abs() < step * 1e-9 { 0.0 } else { t })
+        .collect();
     (ticks, decimals)
 }
 
@@ -39,7 +44,13 @@ pub(crate) fn linear_ticks(lo: f64, hi: f64, max_count: usize) -> (Vec<f64>, usi
 /// notation for very large or very small steps).
 pub(crate) fn labelled_linear_ticks(lo: f64, hi: f64, max_count: usize) -> Vec<(f64, String)> {
     let (ticks, decimals) = linear_ticks(lo, hi, max_count);
-    let label = |t: f64| if decimals > 6 { format_tick(t) } else { format_value(t, decimals) };
+    let label = |t: f64| {
+        if decimals > 6 {
+            format_tick(t)
+        } else {
+            format_value(t, decimals)
+        }
+    };
     ticks.into_iter().map(|t| (t, label(t))).collect()
 }
 
@@ -53,7 +64,10 @@ pub(crate) fn log_ticks(lo: f64, hi: f64, base: f64, max_count: usize) -> Vec<f6
     }
     let n = (last - first + 1) as usize;
     let every = n.div_ceil(max_count.max(1));
-    (first..=last).step_by(every).map(|k| base.powi(k)).collect()
+    (first..=last)
+        .step_by(every)
+        .map(|k| base.powi(k))
+        .collect()
 }
 
 /// The shortest readable form of a tick value: "1024", "0.25", "1e−6".
@@ -87,7 +101,10 @@ mod tests {
 
     #[test]
     fn nice_linear_ticks() {
-        assert_eq!(linear_ticks(0.0, 1.0, 6), (vec![0.0, 0.2, 0.4, 0.6000000000000001, 0.8, 1.0], 1));
+        assert_eq!(
+            linear_ticks(0.0, 1.0, 6),
+            (vec![0.0, 0.2, 0.4, 0.6000000000000001, 0.8, 1.0], 1)
+        );
         let (t, d) = linear_ticks(-2.0, 2.0, 6);
         assert_eq!(t, vec![-2.0, -1.0, 0.0, 1.0, 2.0]);
         assert_eq!(d, 0);
@@ -97,9 +114,18 @@ mod tests {
 
     #[test]
     fn log_ticks_are_powers() {
-        assert_eq!(log_ticks(1.0, 1024.0, 2.0, 11), (0..=10).map(|k| 2f64.powi(k)).collect::<Vec<_>>());
-        assert_eq!(log_ticks(1.0, 4096.0, 2.0, 7), vec![1.0, 4.0, 16.0, 64.0, 256.0, 1024.0, 4096.0]);
-        assert_eq!(log_ticks(0.01, 100.0, 10.0, 10), vec![0.01, 0.1, 1.0, 10.0, 100.0]);
+        assert_eq!(
+            log_ticks(1.0, 1024.0, 2.0, 11),
+            (0..=10).map(|k| 2f64.powi(k)).collect::<Vec<_>>()
+        );
+        assert_eq!(
+            log_ticks(1.0, 4096.0, 2.0, 7),
+            vec![1.0, 4.0, 16.0, 64.0, 256.0, 1024.0, 4096.0]
+        );
+        assert_eq!(
+            log_ticks(0.01, 100.0, 10.0, 10),
+            vec![0.01, 0.1, 1.0, 10.0, 100.0]
+        );
     }
 
     #[test]
