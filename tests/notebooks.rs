@@ -20,7 +20,10 @@ fn assert_close<D: Dimension>(what: &str, got: &ArrayRef<f64, D>, expected: &Arr
         .map(|(g, e)| if g == e { 0.0 } else { (g - e).abs() })
         .enumerate()
         .fold((0, 0.0), |best, (i, d)| if d > best.1 || d.is_nan() { (i, d) } else { best });
-    assert!(diff <= tolerance, "{what}: entry {index} differs by {diff:e} > {tolerance:e}\ngot {got}\nexpected {expected}");
+    assert!(
+        diff <= tolerance,
+        "{what}: entry {index} differs by {diff:e} > {tolerance:e}\ngot {got}\nexpected {expected}"
+    );
 }
 
 fn assert_scalar(what: &str, got: f64, expected: f64, tolerance: f64) {

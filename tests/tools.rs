@@ -125,7 +125,13 @@ fn multihead_reproduces_pytorch_on_numpy_files() {
 
 /// Runs a tool that must fail: checks the message names `file` and says `problem`, is one
 /// line, and that the output directory is left as it was.
-fn assert_fails(run: fn(&[String]) -> Result<String, String>, list: &[String], dir: &TempDir, file: &str, problem: &str) {
+fn assert_fails(
+    run: fn(&[String]) -> Result<String, String>,
+    list: &[String],
+    dir: &TempDir,
+    file: &str,
+    problem: &str,
+) {
     let before = listing(dir.path());
     let message = run(list).expect_err("the tool should refuse this input");
     assert!(message.starts_with(file), "message should start with {file:?}: {message}");
@@ -158,10 +164,22 @@ fn attend_refuses_bad_input() {
     assert_fails(attend::run, &with("--k", &f32_k), &dir, &f32_k, "dtype float32 differs");
 
     let wrong_d_k = fixture("sdpa", "f64_Lq3_Lk5_dk4_dv2", "k.npy");
-    assert_fails(attend::run, &with("--k", &wrong_d_k), &dir, &fixture("sdpa", good, "q.npy"), "q has d_k = 8 but k has d_k = 4");
+    assert_fails(
+        attend::run,
+        &with("--k", &wrong_d_k),
+        &dir,
+        &fixture("sdpa", good, "q.npy"),
+        "q has d_k = 8 but k has d_k = 4",
+    );
 
     let wrong_l_k = fixture("sdpa", "f64_L8_dk8", "v.npy");
-    assert_fails(attend::run, &with("--v", &wrong_l_k), &dir, &fixture("sdpa", good, "k.npy"), "k has L_k = 6 but v has L_k = 8");
+    assert_fails(
+        attend::run,
+        &with("--v", &wrong_l_k),
+        &dir,
+        &fixture("sdpa", good, "k.npy"),
+        "k has L_k = 6 but v has L_k = 8",
+    );
 
     let batched_v = fixture("sdpa", "f64_batch2_L5_dk4", "v.npy");
     assert_fails(attend::run, &with("--v", &batched_v), &dir, &batched_v, "has 3 axes");

@@ -9,7 +9,8 @@ use ndarray_npy::WritableElement;
 use super::{Args, Outputs, Tensor, distinct_outputs, explain, load_bool, same_dtype, shape_text};
 
 /// The command line, as `--help`-less usage text.
-pub const USAGE: &str = "attend --q Q.npy --k K.npy --v V.npy [--mask causal | --mask M.npy] --out OUT.npy [--weights W.npy]";
+pub const USAGE: &str =
+    "attend --q Q.npy --k K.npy --v V.npy [--mask causal | --mask M.npy] --out OUT.npy [--weights W.npy]";
 
 /// Runs the tool: reads the inputs, attends, writes OUT (and W); returns a one-line summary.
 pub fn run(args: &[String]) -> Result<String, String> {
@@ -53,7 +54,12 @@ struct Paths<'a> {
     weights: Option<&'a str>,
 }
 
-fn attend<A: Float + WritableElement>(paths: &Paths, q: ArrayD<A>, k: ArrayD<A>, v: ArrayD<A>) -> Result<String, String> {
+fn attend<A: Float + WritableElement>(
+    paths: &Paths,
+    q: ArrayD<A>,
+    k: ArrayD<A>,
+    v: ArrayD<A>,
+) -> Result<String, String> {
     let files = [("q", paths.q), ("k", paths.k), ("v", paths.v), ("mask", paths.mask.unwrap_or("--mask"))];
     let n = q.ndim();
     if k.ndim() != n || v.ndim() != n {

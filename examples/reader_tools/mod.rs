@@ -155,9 +155,7 @@ pub fn same_dtype(files: &[(&str, &Tensor)]) -> Result<(), String> {
 
 /// Names the files behind the operands an [`AttentionError`] talks about.
 pub fn explain(error: &AttentionError, files: &[(&str, &str)]) -> String {
-    let file = |operand: &str| {
-        files.iter().find(|(name, _)| *name == operand).map(|(_, path)| path.to_string())
-    };
+    let file = |operand: &str| files.iter().find(|(name, _)| *name == operand).map(|(_, path)| path.to_string());
     let all = || files.iter().map(|(_, path)| *path).collect::<Vec<_>>().join(", ");
     let named = match error {
         AttentionError::Mismatch { left, right, .. } | AttentionError::Batch { left, right, .. } => {
@@ -183,7 +181,11 @@ pub struct Outputs {
 
 impl Outputs {
     /// Writes `array` to a temporary file next to `path`.
-    pub fn write<A: WritableElement, D: Dimension>(&mut self, path: &str, array: &ndarray::Array<A, D>) -> Result<(), String> {
+    pub fn write<A: WritableElement, D: Dimension>(
+        &mut self,
+        path: &str,
+        array: &ndarray::Array<A, D>,
+    ) -> Result<(), String> {
         let target = PathBuf::from(path);
         let name = target.file_name().ok_or_else(|| format!("{path}: not a file name"))?;
         let temp = target.with_file_name(format!(".{}.tmp-{}", name.to_string_lossy(), std::process::id()));

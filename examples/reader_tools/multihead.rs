@@ -43,12 +43,8 @@ pub fn run(args: &[String]) -> Result<String, String> {
     distinct_outputs(&inputs, &outputs)?;
 
     let x = Tensor::load(paths.x)?;
-    let w = [
-        Tensor::load(paths.w[0])?,
-        Tensor::load(paths.w[1])?,
-        Tensor::load(paths.w[2])?,
-        Tensor::load(paths.w[3])?,
-    ];
+    let w =
+        [Tensor::load(paths.w[0])?, Tensor::load(paths.w[1])?, Tensor::load(paths.w[2])?, Tensor::load(paths.w[3])?];
     let mut files = vec![(paths.x, &x)];
     files.extend(paths.w.iter().copied().zip(&w));
     same_dtype(&files)?;

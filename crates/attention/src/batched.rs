@@ -31,4 +31,3 @@ pub(crate) fn matmul<A: Float, D: Dimension>(a: &ArrayRef<A, D>, b: &ArrayRef<A,
         .into_dimensionality::<D>()
         .expect("same number of axes as the inputs")
 }
-

@@ -1,4 +1,4 @@
-//! Chapter 1, *Input embeddings*: from a sentence to the matrix `X: (L, d_model)`.
+//! Chapter *Input embeddings*: from a sentence to the matrix `X: (L, d_model)`.
 //!
 //! A [`Vocabulary`] turns words into token ids; an [`EmbeddingTable`] turns token ids into
 //! rows of `X`. Row `i` of `X` is the embedding of the `i`-th token of the sentence, so a
@@ -289,4 +289,3 @@ impl EmbeddingTable<f64> {
 pub(crate) fn random_matrix<A: Float, R: Rng + ?Sized>(rows: usize, cols: usize, scale: f64, rng: &mut R) -> Array2<A> {
     Array2::<f64>::random_using((rows, cols), StandardNormal, rng).mapv(|x| A::from_f64_lossy(x * scale))
 }
-

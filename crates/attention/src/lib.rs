@@ -4,16 +4,16 @@
 //! chapters include this code by anchor (`// ANCHOR: name` comments; each module lists its
 //! anchors in its first lines), so what a reader sees is what the tests run.
 //!
-//! | chapter | module | what it holds |
+//! | book chapter | module | what it holds |
 //! |---|---|---|
-//! | 1. Input embeddings | [`embeddings`] | [`Vocabulary`](embeddings::Vocabulary), [`EmbeddingTable`](embeddings::EmbeddingTable): sentence → `X: (L, d_model)` |
-//! | 2. Queries, keys and values | [`projection`] | [`Linear`](projection::Linear): `X · W` |
-//! | 3. Scores, scaling and variance | [`scores`] | `Q·Kᵀ`, `/ √d_k`, [`mean`](scores::mean), [`variance`](scores::variance) |
-//! | 4. Masking | [`mask`] | [`Mask`](mask::Mask): causal, padding, arbitrary; `true` = may attend |
-//! | 5. Softmax | [`softmax`] | stable row softmax (and a naive one, to see it fail) |
-//! | 6. Scaled dot-product attention | [`sdpa`] | [`sdpa`](sdpa::sdpa), [`single_query`](sdpa::single_query), [`sdpa_batched`](sdpa::sdpa_batched) |
-//! | 7. Self-attention | [`self_attention`] | [`SelfAttention`](self_attention::SelfAttention): `W_Q`, `W_K`, `W_V` |
-//! | 8. Multi-head attention | [`multihead`] | [`MultiHeadAttention`](multihead::MultiHeadAttention), [`split_heads`](multihead::split_heads), [`merge_heads`](multihead::merge_heads) |
+//! | Input embeddings | [`embeddings`] | [`Vocabulary`](embeddings::Vocabulary), [`EmbeddingTable`](embeddings::EmbeddingTable): sentence → `X: (L, d_model)` |
+//! | Queries, keys and values | [`projection`] | [`Linear`](projection::Linear): `X · W` |
+//! | Scores, scaling and variance | [`scores`] | `Q·Kᵀ`, `/ √d_k`, [`mean`](scores::mean), [`variance`](scores::variance) |
+//! | Masking | [`mask`] | [`Mask`](mask::Mask): causal, padding, arbitrary; `true` = may attend |
+//! | Softmax | [`softmax`] | stable row softmax (and a naive one, to see it fail) |
+//! | Softmax, The complete layer | [`sdpa`] | [`sdpa`](sdpa::sdpa), [`single_query`](sdpa::single_query), [`sdpa_batched`](sdpa::sdpa_batched) |
+//! | The complete layer | [`self_attention`] | [`SelfAttention`](self_attention::SelfAttention): `W_Q`, `W_K`, `W_V` |
+//! | Multi-head attention | [`multihead`] | [`MultiHeadAttention`](multihead::MultiHeadAttention), [`split_heads`](multihead::split_heads), [`merge_heads`](multihead::merge_heads) |
 //!
 //! Alongside: [`notebooks`] holds the numbers the seed notebooks printed (the tests and the
 //! chapters reproduce them), [`AttentionError`] is the one error type, and [`Float`] is the
@@ -47,6 +47,7 @@ pub mod error;
 pub mod float;
 pub mod mask;
 pub mod multihead;
+#[rustfmt::skip] // the printed matrices stay one row per line, as the notebooks printed them
 pub mod notebooks;
 pub mod projection;
 pub mod scores;

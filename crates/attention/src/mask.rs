@@ -1,4 +1,4 @@
-//! Chapter 4, *Masking*: which keys each query may look at.
+//! Chapter *Masking*: which keys each query may look at.
 //!
 //! A [`Mask`] is a boolean array of shape `(L_q, L_k)`, or with leading batch (and head) axes,
 //! where `true` means **may attend**, the convention of PyTorch's
@@ -120,10 +120,8 @@ impl Mask {
     /// assert!(both.allows(&[0, 2, 1]) && !both.allows(&[0, 2, 2]));
     /// ```
     pub fn and(&self, other: &Mask) -> Result<Mask> {
-        let shape = broadcast_shape(self.shape(), other.shape()).ok_or_else(|| AttentionError::MaskShape {
-            mask: other.shape().to_vec(),
-            scores: self.shape().to_vec(),
-        })?;
+        let shape = broadcast_shape(self.shape(), other.shape())
+            .ok_or_else(|| AttentionError::MaskShape { mask: other.shape().to_vec(), scores: self.shape().to_vec() })?;
         let a = self.allowed.broadcast(IxDyn(&shape)).expect("broadcastable by construction");
         let b = other.allowed.broadcast(IxDyn(&shape)).expect("broadcastable by construction");
         let allowed = Zip::from(&a).and(&b).map_collect(|&x, &y| x && y);
@@ -193,8 +191,9 @@ impl Mask {
     /// assert!(Mask::causal(3).apply(&mut scores).is_err());
     /// ```
     pub fn apply<A: Float, D: Dimension>(&self, scores: &mut Array<A, D>) -> Result<()> {
-        let allowed = self.allowed.broadcast(scores.raw_dim().into_dyn()).ok_or_else(|| {
-            AttentionError::MaskShape { mask: self.shape().to_vec(), scores: scores.shape().to_vec() }
+        let allowed = self.allowed.broadcast(scores.raw_dim().into_dyn()).ok_or_else(|| AttentionError::MaskShape {
+            mask: self.shape().to_vec(),
+            scores: scores.shape().to_vec(),
         })?;
         Zip::from(scores.view_mut().into_dyn()).and(&allowed).for_each(|score, &ok| {
             if !ok {

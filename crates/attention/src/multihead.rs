@@ -1,4 +1,4 @@
-//! Chapter 8, *Multi-head attention*: several smaller attentions side by side.
+//! Chapter *Multi-head attention*: several smaller attentions side by side.
 //!
 //! With `heads` heads and `d_head = d_model / heads`, the projections `W_Q`, `W_K`, `W_V`
 //! (each `(d_model, d_model)`) are computed once; their columns are then cut into `heads`
@@ -64,7 +64,7 @@ pub struct MultiHeadOutput<A, D: Dimension> {
 /// assert_eq!(head_width(10, 4).unwrap_err().to_string(), "heads = 4 does not divide d_model = 10");
 /// ```
 pub fn head_width(d_model: usize, heads: usize) -> Result<usize> {
-    if heads == 0 || d_model % heads != 0 {
+    if heads == 0 || !d_model.is_multiple_of(heads) {
         return Err(AttentionError::Heads { heads, d_model });
     }
     Ok(d_model / heads)
@@ -222,7 +222,12 @@ impl<A: Float> MultiHeadAttention<A> {
     /// let out = mha.cross(&Array2::ones((2, 4)), &Array2::ones((7, 4)), None).unwrap();
     /// assert_eq!((out.output.dim(), out.weights.dim()), ((2, 4), (2, 2, 7)));
     /// ```
-    pub fn cross(&self, x_q: &ArrayRef2<A>, x_kv: &ArrayRef2<A>, mask: Option<&Mask>) -> Result<MultiHeadOutput<A, Ix2>> {
+    pub fn cross(
+        &self,
+        x_q: &ArrayRef2<A>,
+        x_kv: &ArrayRef2<A>,
+        mask: Option<&Mask>,
+    ) -> Result<MultiHeadOutput<A, Ix2>> {
         self.attend(x_q, x_kv, mask)
     }
 

@@ -1,4 +1,4 @@
-//! Chapter 2, *Queries, keys and values*: the linear map `X · W`.
+//! Chapter *Queries, keys and values*: the linear map `X · W`.
 //!
 //! `Q = X·W_Q`, `K = X·W_K`, `V = X·W_V` and the multi-head output map `W_O` are all the same
 //! thing: a matrix `W: (d_in, d_out)` multiplied on the *right* of `X: (L, d_in)`, giving

@@ -1,4 +1,4 @@
-//! Chapter 3, *Scores, scaling and variance*: `Q·Kᵀ / √d_k`.
+//! Chapter *Scores, scaling and variance*: `Q·Kᵀ / √d_k`.
 //!
 //! Entry `(i, j)` of `Q·Kᵀ: (L_q, L_k)` is the dot product of query `i` with key `j`: how well
 //! token `i`'s question matches token `j`'s label. With entries of mean 0 and variance 1, a

@@ -1,4 +1,5 @@
-//! Chapter 6, *Scaled dot-product attention*: the whole formula.
+//! Scaled dot-product attention, the formula the chapters build up to (chapters *Softmax*
+//! and *The complete layer*).
 //!
 //! `Attention(Q, K, V) = softmax(Q·Kᵀ / √d_k + M) · V`
 //!
@@ -153,4 +154,3 @@ pub fn sdpa_batched<A: Float, D: Dimension>(
 pub fn plain_self_attention<A: Float>(x: &ArrayRef2<A>) -> Result<Attention<A, Ix2>> {
     sdpa(x, x, x, None)
 }
-

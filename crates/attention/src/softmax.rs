@@ -1,4 +1,4 @@
-//! Chapter 5, *Softmax*: from scores to weights that are ≥ 0 and sum to 1, row by row.
+//! Chapter *Softmax*: from scores to weights that are ≥ 0 and sum to 1, row by row.
 //!
 //! `softmax(x)ᵢ = exp(xᵢ) / Σⱼ exp(xⱼ)`, taken along the last axis: each query's row of
 //! scores becomes a probability distribution over the keys.
@@ -57,13 +57,14 @@ pub fn softmax_row<A: Float>(row: &mut ArrayRef1<A>) {
 /// let weights = softmax(&array![[0.0, 0.0], [0.0, f64::ln(3.0)]]);
 /// assert_eq!(weights.row(0).to_vec(), [0.5, 0.5]);
 /// assert!((weights[[1, 1]] - 0.75).abs() < 1e-15);
+///
+/// // Any number of axes: here (batch, L_q, L_k) = (2, 1, 2); a single number gives 1.
+/// assert_eq!(softmax(&ndarray::Array3::<f32>::zeros((2, 1, 2))), ndarray::Array3::from_elem((2, 1, 2), 0.5));
+/// assert_eq!(softmax(&ndarray::arr0(7.0)), ndarray::arr0(1.0));
 /// ```
 pub fn softmax<A: Float, D: Dimension>(scores: &ArrayRef<A, D>) -> Array<A, D> {
     let mut weights = scores.to_owned();
-    let last = Axis(weights.ndim() - 1);
-    for mut row in weights.lanes_mut(last) {
-        softmax_row(&mut row);
-    }
+    for_each_row(&mut weights, softmax_row);
     weights
 }
 // ANCHOR_END: softmax_rows
@@ -89,11 +90,19 @@ pub fn softmax<A: Float, D: Dimension>(scores: &ArrayRef<A, D>) -> Array<A, D> {
 /// ```
 pub fn naive_softmax<A: Float, D: Dimension>(scores: &ArrayRef<A, D>) -> Array<A, D> {
     let mut weights = scores.mapv(|x| x.exp());
-    let last = Axis(weights.ndim() - 1);
-    for mut row in weights.lanes_mut(last) {
+    for_each_row(&mut weights, |row| {
         let sum = row.sum();
         row.mapv_inplace(|e| e / sum);
-    }
+    });
     weights
 }
 // ANCHOR_END: naive_softmax
+
+/// Calls `f` on every row (lane along the last axis) of `a`; a 0-dimensional array (a single
+/// number) counts as one row of length 1.
+fn for_each_row<A: Float, D: Dimension>(a: &mut Array<A, D>, f: impl Fn(&mut ArrayRef1<A>)) {
+    match a.ndim().checked_sub(1) {
+        Some(last) => a.lanes_mut(Axis(last)).into_iter().for_each(|mut row| f(&mut row)),
+        None => f(&mut a.view_mut().into_shape_with_order(1).expect("a 0-d array holds one number")),
+    }
+}
