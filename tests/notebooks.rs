@@ -56,19 +56,48 @@ fn nb001_dividing_by_the_wrong_width_is_detectable() {
     assert!(diff > 10.0 * nb001::TOLERANCE, "diff {diff}");
 }
 
+/// What notebooks 002 and 004 both printed for their `(4, 8)` Q and K.
+struct Printed {
+    name: &'static str,
+    q: [[f64; 8]; 4],
+    k: [[f64; 8]; 4],
+    qk_t: [[f64; 4]; 4],
+    scaled: [[f64; 4]; 4],
+    variances: [f64; 4],
+    tolerance: f64,
+    qk_tolerance: f64,
+}
+
+/// Checks QKᵀ, QKᵀ/√8 and the variances of Q, K, QKᵀ and the scaled scores.
+fn check_scores_and_variances(p: &Printed) {
+    let (q, k) = (arr2(&p.q), arr2(&p.k));
+    let raw = scores(&q, &k).unwrap();
+    assert_close(&format!("{} QKᵀ", p.name), &raw, &arr2(&p.qk_t), p.qk_tolerance);
+    let scaled = scaled_scores(&q, &k).unwrap();
+    assert_close(&format!("{} scaled", p.name), &scaled, &arr2(&p.scaled), p.tolerance);
+    assert_eq!(scaled, scale(raw.clone(), q.ncols()));
+
+    let got = [&q, &k, &raw, &scaled].map(|m| variance(m).unwrap());
+    let tolerances = [p.tolerance, p.tolerance, p.qk_tolerance, p.tolerance];
+    for (i, what) in ["var(Q)", "var(K)", "var(QKᵀ)", "var(scaled)"].iter().enumerate() {
+        assert_scalar(&format!("{} {what}", p.name), got[i], p.variances[i], tolerances[i]);
+    }
+    // Dividing by √d_k divides the variance by d_k exactly.
+    assert_scalar("var ratio", got[2] / got[3], q.ncols() as f64, 1e-12);
+}
+
 #[test]
 fn nb002_scores_scaling_and_variances() {
-    let (q, k) = (arr2(&nb002::Q), arr2(&nb002::K));
-    let raw = scores(&q, &k).unwrap();
-    assert_close("nb002 QKᵀ", &raw, &arr2(&nb002::QK_T), nb002::QK_TOLERANCE);
-    let scaled = scaled_scores(&q, &k).unwrap();
-    assert_close("nb002 scaled", &scaled, &arr2(&nb002::SCALED), nb002::TOLERANCE);
-
-    let [q_var, k_var, qk_var, scaled_var] = nb002::VARIANCES;
-    assert_scalar("nb002 var(Q)", variance(&q).unwrap(), q_var, nb002::TOLERANCE);
-    assert_scalar("nb002 var(K)", variance(&k).unwrap(), k_var, nb002::TOLERANCE);
-    assert_scalar("nb002 var(QKᵀ)", variance(&raw).unwrap(), qk_var, nb002::QK_TOLERANCE);
-    assert_scalar("nb002 var(scaled)", variance(&scaled).unwrap(), scaled_var, nb002::TOLERANCE);
+    check_scores_and_variances(&Printed {
+        name: "nb002",
+        q: nb002::Q,
+        k: nb002::K,
+        qk_t: nb002::QK_T,
+        scaled: nb002::SCALED,
+        variances: nb002::VARIANCES,
+        tolerance: nb002::TOLERANCE,
+        qk_tolerance: nb002::QK_TOLERANCE,
+    });
 }
 
 #[test]
@@ -101,19 +130,17 @@ fn nb003_single_query_over_a_memory() {
 
 #[test]
 fn nb004_scores_and_variances() {
-    let (q, k) = (arr2(&nb004::Q), arr2(&nb004::K));
-    let raw = scores(&q, &k).unwrap();
-    assert_close("nb004 QKᵀ", &raw, &arr2(&nb004::QK_T), nb004::QK_TOLERANCE);
-    let scaled = scale(raw.clone(), nb004::D_K);
-    assert_close("nb004 scaled", &scaled, &arr2(&nb004::SCALED), nb004::TOLERANCE);
-
-    let [q_var, k_var, qk_var, scaled_var] = nb004::VARIANCES;
-    assert_scalar("nb004 var(Q)", variance(&q).unwrap(), q_var, nb004::TOLERANCE);
-    assert_scalar("nb004 var(K)", variance(&k).unwrap(), k_var, nb004::TOLERANCE);
-    assert_scalar("nb004 var(QKᵀ)", variance(&raw).unwrap(), qk_var, nb004::QK_TOLERANCE);
-    assert_scalar("nb004 var(scaled)", variance(&scaled).unwrap(), scaled_var, nb004::TOLERANCE);
-    // Dividing by √d_k divides the variance by d_k exactly.
-    assert_scalar("var ratio", variance(&raw).unwrap() / variance(&scaled).unwrap(), 8.0, 1e-12);
+    assert_eq!(nb004::D_K, nb004::Q[0].len());
+    check_scores_and_variances(&Printed {
+        name: "nb004",
+        q: nb004::Q,
+        k: nb004::K,
+        qk_t: nb004::QK_T,
+        scaled: nb004::SCALED,
+        variances: nb004::VARIANCES,
+        tolerance: nb004::TOLERANCE,
+        qk_tolerance: nb004::QK_TOLERANCE,
+    });
 }
 
 #[test]
