@@ -9,6 +9,7 @@
 //! | Input embeddings | [`embeddings`] | [`Vocabulary`](embeddings::Vocabulary), [`EmbeddingTable`](embeddings::EmbeddingTable): sentence → `X: (L, d_model)` |
 //! | Queries, keys and values | [`projection`] | [`Linear`](projection::Linear): `X · W` |
 //! | Scores, scaling and variance | [`scores`] | `Q·Kᵀ`, `/ √d_k`, [`mean`](scores::mean), [`variance`](scores::variance) |
+//! | Scores, scaling and variance | [`stats`] | [`entropy`](stats::entropy), [`softmax_jacobian`](stats::softmax_jacobian), [`measure_scaling`](stats::measure_scaling): what the size of the scores does to softmax |
 //! | Masking | [`mask`] | [`Mask`](mask::Mask): causal, padding, arbitrary; `true` = may attend |
 //! | Softmax | [`softmax`] | stable row softmax (and a naive one, to see it fail) |
 //! | Softmax, The complete layer | [`sdpa`] | [`sdpa`](sdpa::sdpa), [`single_query`](sdpa::single_query), [`sdpa_batched`](sdpa::sdpa_batched) |
@@ -55,6 +56,7 @@ pub mod sdpa;
 pub mod self_attention;
 mod shapes;
 pub mod softmax;
+pub mod stats;
 
 pub use error::{AttentionError, Result};
 pub use float::Float;
