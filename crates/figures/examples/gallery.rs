@@ -203,5 +203,21 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
         c.save(dir.join("edge_legend.png"))
     })?;
+    time("edge: clipped to a fixed y range", || {
+        LineChart::new()
+            .title("Clipped")
+            .y_range(0.0, 1.0)
+            .series(
+                "wild",
+                [
+                    (0.0, 0.5),
+                    (1.0, 1e300),
+                    (2.0, -1e300),
+                    (3.0, 0.5),
+                    (4.0, 0.9),
+                ],
+            )
+            .save(dir.join("edge_clipped.png"))
+    })?;
     Ok(())
 }

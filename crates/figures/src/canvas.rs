@@ -303,3 +303,157 @@ pub(crate) fn save(path: &Path, render: impl FnOnce() -> Result<Vec<u8>>) -> Res
         source,
     })
 }
+
+/// Anti-aliased filled shapes in one colour: polygons, discs and thick polylines, clipped to a
+/// rectangle and rasterised together (where shapes overlap, coverage adds up and saturates, so
+/// joints of a polyline show no seams).
+pub(crate) struct Shapes {
+    polygons: Vec<Vec<(f64, f64)>>,
+}
+
+impl Shapes {
+    pub fn new() -> Self {
+        Shapes {
+            polygons: Vec::new(),
+        }
+    }
+
+    /// Adds a convex polygon (either orientation).
+    pub fn polygon(&mut self, mut points: Vec<(f64, f64)>) {
+        // One orientation for all, so that overlapping shapes add instead of cancelling.
+        let area2: f64 = (0..points.len())
+            .map(|i| {
+                let (a, b) = (points[i], points[(i + 1) % points.len()]);
+                a.0 * b.1 - b.0 * a.1
+            })
+            .sum();
+        if area2 < 0.0 {
+            points.reverse();
+        }
+        self.polygons.push(points);
+    }
+
+    /// Adds a disc of radius `r` centred on `c`.
+    pub fn disc(&mut self, c: (f64, f64), r: f64) {
+        let n = 24;
+        let points = (0..n)
+            .map(|i| {
+                let t = i as f64 * std::f64::consts::TAU / n as f64;
+                (c.0 + r * t.cos(), c.1 + r * t.sin())
+            })
+            .collect();
+        self.polygon(points);
+    }
+
+    /// Adds a polyline of the given width with round joins and ends.
+    pub fn polyline(&mut self, points: &[(f64, f64)], width: f64) {
+        let h = width / 2.0;
+        for pair in points.windows(2) {
+            let ((x0, y0), (x1, y1)) = (pair[0], pair[1]);
+            let len = (x1 - x0).hypot(y1 - y0);
+            if len > 0.0 {
+                let (nx, ny) = (-(y1 - y0) / len * h, (x1 - x0) / len * h);
+                self.polygon(vec![
+                    (x0 + nx, y0 + ny),
+                    (x1 + nx, y1 + ny),
+                    (x1 - nx, y1 - ny),
+                    (x0 - nx, y0 - ny),
+                ]);
+            }
+        }
+        for &p in points {
+            self.disc(p, h);
+        }
+    }
+
+    /// Draws every shape in `color`, clipped to the pixels `x0..x1`, `y0..y1`.
+    pub fn draw(
+        &self,
+        area: &Area,
+        color: RGBColor,
+        (x0, y0): (i32, i32),
+        (x1, y1): (i32, i32),
+    ) -> Result<()> {
+        if x1 <= x0 || y1 <= y0 {
+            return Ok(());
+        }
+        let (w, h) = ((x1 - x0) as usize, (y1 - y0) as usize);
+        // One spare pixel on each side keeps every clipped edge inside the rasteriser.
+        let mut raster = ab_glyph_rasterizer::Rasterizer::new(w + 2, h + 2);
+        let clip = (x0 as f64, y0 as f64, x1 as f64, y1 as f64);
+        for poly in &self.polygons {
+            let clipped = clip_polygon(poly, clip);
+            for i in 0..clipped.len() {
+                let (a, b) = (clipped[i], clipped[(i + 1) % clipped.len()]);
+                let to_local = |(x, y): (f64, f64)| {
+                    ab_glyph_rasterizer::point((x - clip.0 + 1.0) as f32, (y - clip.1 + 1.0) as f32)
+                };
+                raster.draw_line(to_local(a), to_local(b));
+            }
+        }
+        let mut result = Ok(());
+        raster.for_each_pixel_2d(|x, y, coverage| {
+            if result.is_ok() && coverage > 0.0 {
+                let at = (x0 + x as i32 - 1, y0 + y as i32 - 1);
+                result = area
+                    .draw_pixel(at, &color.mix(coverage.min(1.0) as f64))
+                    .map_err(draw_err);
+            }
+        });
+        result
+    }
+}
+
+/// Clips a convex polygon to the rectangle (x0, y0, x1, y1) (Sutherland–Hodgman).
+fn clip_polygon(poly: &[(f64, f64)], (x0, y0, x1, y1): (f64, f64, f64, f64)) -> Vec<(f64, f64)> {
+    // Each edge of the rectangle: is a point inside, and where does a segment cross it.
+    type Inside = fn((f64, f64), f64) -> bool;
+    let edges: [(Inside, f64, bool); 4] = [
+        (|p, v| p.0 >= v, x0, true),
+        (|p, v| p.0 <= v, x1, true),
+        (|p, v| p.1 >= v, y0, false),
+        (|p, v| p.1 <= v, y1, false),
+    ];
+    let mut out = poly.to_vec();
+    for (inside, v, vertical) in edges {
+        let input = std::mem::take(&mut out);
+        for i in 0..input.len() {
+            let (a, b) = (input[i], input[(i + 1) % input.len()]);
+            let cross = |a: (f64, f64), b: (f64, f64)| {
+                if vertical {
+                    let t = (v - a.0) / (b.0 - a.0);
+                    (v, a.1 + t * (b.1 - a.1))
+                } else {
+                    let t = (v - a.1) / (b.1 - a.1);
+                    (a.0 + t * (b.0 - a.0), v)
+                }
+            };
+            match (inside(a, v), inside(b, v)) {
+                (true, true) => out.push(b),
+                (true, false) => out.push(cross(a, b)),
+                (false, true) => {
+                    out.push(cross(a, b));
+                    out.push(b);
+                }
+                (false, false) => {}
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn clipping_keeps_the_inside() {
+        let square = [(-5.0, -5.0), (5.0, -5.0), (5.0, 5.0), (-5.0, 5.0)];
+        let clipped = clip_polygon(&square, (0.0, 0.0, 10.0, 10.0));
+        let mut xs: Vec<_> = clipped.iter().map(|p| (p.0 as i32, p.1 as i32)).collect();
+        xs.sort();
+        xs.dedup();
+        assert_eq!(xs, [(0, 0), (0, 5), (5, 0), (5, 5)]);
+        assert!(clip_polygon(&square, (20.0, 20.0, 30.0, 30.0)).is_empty());
+    }
+}

@@ -2,12 +2,13 @@
 
 use std::path::Path;
 
-use plotters::prelude::*;
-
-use crate::canvas::{self, AXIS, Align, Area, Baseline, GAP, LABEL, MARGIN, TICK, TITLE};
+use crate::canvas::{self, AXIS, Align, Baseline, GAP, LABEL, MARGIN, Shapes, TICK, TITLE};
 use crate::color::{GRID, INK, MUTED, series_color};
 use crate::error::{FigureError, Result};
 use crate::ticks::{format_tick, labelled_linear_ticks, log_ticks};
+
+/// Width of the lines of a chart, in pixels.
+const LINE_W: f64 = 2.5;
 
 /// How an axis maps values to positions.
 ///
@@ -378,15 +379,15 @@ impl LineChart {
                 "a {width}×{height} image leaves no room for the plot: make it larger with .size(..)"
             )));
         }
-        let px = |v: f64| {
-            left + ((self.x_axis.forward(v) - tx0) / (tx1 - tx0) * (right - left) as f64).round()
-                as i32
+        // Exact positions for lines and markers, whole pixels for ticks and grid lines.
+        let fx = |v: f64| {
+            left as f64 + (self.x_axis.forward(v) - tx0) / (tx1 - tx0) * (right - left) as f64
         };
-        let py = |v: f64| {
-            bottom
-                - ((self.y_axis.forward(v) - ty0) / (ty1 - ty0) * (bottom - top) as f64).round()
-                    as i32
+        let fy = |v: f64| {
+            bottom as f64 - (self.y_axis.forward(v) - ty0) / (ty1 - ty0) * (bottom - top) as f64
         };
+        let px = |v: f64| fx(v).round() as i32;
+        let py = |v: f64| fy(v).round() as i32;
 
         canvas::render_png(width as u32, height as u32, |area| {
             if let Some(t) = &self.title {
@@ -456,22 +457,18 @@ impl LineChart {
                     false,
                 )?;
             }
-            // Lines and markers, clipped to the plot rectangle (with room for half a marker).
-            let plot = area.clone().shrink(
-                (left - 6, top - 6),
-                ((right - left + 13) as u32, (bottom - top + 13) as u32),
-            );
-            let local = |(x, y): (f64, f64)| (px(x) - left + 6, py(y) - top + 6);
+            // Lines and markers, clipped to the plot rectangle with room for half a marker
+            // (none above and below when the y range is fixed: lines leaving it stop at its edge).
+            let room = if self.y_range.is_some() { 1 } else { 8 };
+            let clip = ((left - 7, top - room), (right + 8, bottom + room));
             for (i, s) in self.series.iter().enumerate() {
-                let color = series_color(i);
-                let pts: Vec<(i32, i32)> = s.points.iter().map(|&p| local(p)).collect();
-                plot.draw(&PathElement::new(pts.clone(), color.stroke_width(2)))
-                    .map_err(canvas::draw_err)?;
+                let pts: Vec<(f64, f64)> = s.points.iter().map(|&(x, y)| (fx(x), fy(y))).collect();
+                let mut shapes = Shapes::new();
+                shapes.polyline(&pts, LINE_W);
                 if self.markers {
-                    for &p in &pts {
-                        marker(&plot, i, p, color)?;
-                    }
+                    pts.iter().for_each(|&p| marker(&mut shapes, i, p));
                 }
+                shapes.draw(area, series_color(i), clip.0, clip.1)?;
             }
             // The legend, centred under the x label.
             let mut y = x_label_y + x_label_h;
@@ -480,15 +477,13 @@ impl LineChart {
                 let mut x = (width - row_w) / 2;
                 for &i in row {
                     let cy = y + LABEL.line_height() / 2;
-                    let color = series_color(i);
-                    area.draw(&PathElement::new(
-                        vec![(x, cy), (x + 28, cy)],
-                        color.stroke_width(2),
-                    ))
-                    .map_err(canvas::draw_err)?;
+                    let (fx, fy) = (x as f64, cy as f64 + 0.5);
+                    let mut shapes = Shapes::new();
+                    shapes.polyline(&[(fx, fy), (fx + 28.0, fy)], LINE_W);
                     if self.markers {
-                        marker(area, i, (x + 14, cy), color)?;
+                        marker(&mut shapes, i, (fx + 14.0, fy));
                     }
+                    shapes.draw(area, series_color(i), (0, 0), (width, height))?;
                     canvas::text(
                         area,
                         &self.series[i].name,
@@ -544,29 +539,27 @@ impl LineChart {
     }
 }
 
-/// The marker of series `i`: circle, square, triangle, diamond, then again.
-fn marker(area: &Area, i: usize, (x, y): (i32, i32), color: RGBColor) -> Result<()> {
-    let style = color.filled();
-    let r = 5;
+/// The marker of series `i`: disc, square, triangle, diamond, then again.
+fn marker(shapes: &mut Shapes, i: usize, (x, y): (f64, f64)) {
+    let r = 5.0;
     match i % 4 {
-        0 => area.draw(&Circle::new((x, y), r, style)),
-        1 => area.draw(&Rectangle::new(
-            [(x - r + 1, y - r + 1), (x + r, y + r)],
-            style,
-        )),
-        2 => area.draw(&Polygon::new(
-            vec![(x, y - r - 1), (x + r + 1, y + r), (x - r - 1, y + r)],
-            style,
-        )),
-        _ => area.draw(&Polygon::new(
-            vec![
-                (x, y - r - 1),
-                (x + r + 1, y),
-                (x, y + r + 1),
-                (x - r - 1, y),
-            ],
-            style,
-        )),
+        0 => shapes.disc((x, y), r),
+        1 => shapes.polygon(vec![
+            (x - r, y - r),
+            (x + r, y - r),
+            (x + r, y + r),
+            (x - r, y + r),
+        ]),
+        2 => shapes.polygon(vec![
+            (x, y - r * 1.25),
+            (x + r * 1.2, y + r * 0.85),
+            (x - r * 1.2, y + r * 0.85),
+        ]),
+        _ => shapes.polygon(vec![
+            (x, y - r * 1.35),
+            (x + r * 1.35, y),
+            (x, y + r * 1.35),
+            (x - r * 1.35, y),
+        ]),
     }
-    .map_err(canvas::draw_err)
 }

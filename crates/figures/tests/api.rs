@@ -365,6 +365,15 @@ fn odd_inputs_do_not_panic() {
             .to_png()
             .is_ok()
     );
+    // Lines far outside a fixed range are clipped, not drawn off into memory.
+    let clipped = LineChart::new()
+        .y_range(0.0, 1.0)
+        .series(
+            "wild",
+            [(0.0, 0.5), (1.0, 1e300), (2.0, -1e300), (3.0, 0.5)],
+        )
+        .to_png();
+    assert!(clipped.is_ok(), "{clipped:?}");
     let extreme = LineChart::new()
         .series("", [(1e-300, 1e300), (1e300, 1e-300)])
         .to_png();
