@@ -69,7 +69,8 @@ impl Font {
         let mut caret = 0.0f32;
         let mut prev = None;
         let mut glyphs = Vec::with_capacity(text.len());
-        for c in text.chars() {
+        // Control characters (a stray tab or newline in a label) take no room and draw nothing.
+        for c in text.chars().filter(|c| !c.is_control()) {
             let id = font.glyph_id(c);
             if let Some(p) = prev {
                 caret += font.kern(p, id);
@@ -333,14 +334,11 @@ impl Shapes {
         self.polygons.push(points);
     }
 
-    /// Adds a disc of radius `r` centred on `c`.
+    /// Adds a disc of radius `r` centred on `c` (a 24-gon).
     pub fn disc(&mut self, c: (f64, f64), r: f64) {
-        let n = 24;
-        let points = (0..n)
-            .map(|i| {
-                let t = i as f64 * std::f64::consts::TAU / n as f64;
-                (c.0 + r * t.cos(), c.1 + r * t.sin())
-            })
+        let points = UNIT_CIRCLE
+            .iter()
+            .map(|&(x, y)| (c.0 + r * x, c.1 + r * y))
             .collect();
         self.polygon(points);
     }
@@ -403,6 +401,35 @@ impl Shapes {
         result
     }
 }
+
+/// Points on the unit circle every 15°, as constants: `cos`/`sin` come from the platform's
+/// maths library and may differ in the last bit between systems, which would change pixels.
+const UNIT_CIRCLE: [(f64, f64); 24] = [
+    (1.0, 0.0),
+    (0.9659258262890683, 0.25881904510252074),
+    (0.8660254037844387, 0.49999999999999994),
+    (0.7071067811865476, 0.7071067811865475),
+    (0.5000000000000001, 0.8660254037844386),
+    (0.25881904510252074, 0.9659258262890683),
+    (0.0, 1.0),
+    (-0.25881904510252085, 0.9659258262890683),
+    (-0.4999999999999998, 0.8660254037844387),
+    (-0.7071067811865475, 0.7071067811865476),
+    (-0.8660254037844387, 0.49999999999999994),
+    (-0.9659258262890682, 0.258819045102521),
+    (-1.0, 0.0),
+    (-0.9659258262890683, -0.2588190451025208),
+    (-0.8660254037844386, -0.5000000000000001),
+    (-0.7071067811865477, -0.7071067811865475),
+    (-0.5000000000000004, -0.8660254037844384),
+    (-0.25881904510252063, -0.9659258262890683),
+    (0.0, -1.0),
+    (0.2588190451025203, -0.9659258262890684),
+    (0.5000000000000001, -0.8660254037844386),
+    (0.7071067811865474, -0.7071067811865477),
+    (0.8660254037844384, -0.5000000000000004),
+    (0.9659258262890683, -0.2588190451025207),
+];
 
 /// Clips a convex polygon to the rectangle (x0, y0, x1, y1) (Sutherland–Hodgman).
 fn clip_polygon(poly: &[(f64, f64)], (x0, y0, x1, y1): (f64, f64, f64, f64)) -> Vec<(f64, f64)> {
