@@ -118,10 +118,16 @@ impl Mask {
     /// let both = Mask::causal(3).and(&Mask::padding(&[2], 3, 3).unwrap()).unwrap();
     /// assert_eq!(both.shape(), &[1, 3, 3]);
     /// assert!(both.allows(&[0, 2, 1]) && !both.allows(&[0, 2, 2]));
+    /// assert_eq!(
+    ///     Mask::causal(3).and(&Mask::causal(4)).unwrap_err().to_string(),
+    ///     "mask has shape [4, 4] but a shape that broadcasts with the other mask's [3, 3] was expected"
+    /// );
     /// ```
     pub fn and(&self, other: &Mask) -> Result<Mask> {
-        let shape = broadcast_shape(self.shape(), other.shape())
-            .ok_or_else(|| AttentionError::MaskShape { mask: other.shape().to_vec(), scores: self.shape().to_vec() })?;
+        let shape = broadcast_shape(self.shape(), other.shape()).ok_or_else(|| {
+            let expected = format!("a shape that broadcasts with the other mask's {:?} was expected", self.shape());
+            AttentionError::shape("mask", other.shape(), &expected)
+        })?;
         let a = self.allowed.broadcast(IxDyn(&shape)).expect("broadcastable by construction");
         let b = other.allowed.broadcast(IxDyn(&shape)).expect("broadcastable by construction");
         let allowed = Zip::from(&a).and(&b).map_collect(|&x, &y| x && y);
