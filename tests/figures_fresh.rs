@@ -16,9 +16,12 @@
 //!
 //! /// Draws this chapter's figures into `out_dir`; returns the files written.
 //! pub fn render_figures(out_dir: &Path) -> Result<Vec<PathBuf>, Box<dyn std::error::Error>> {
-//!     let path = out_dir.join("chNN_weights.png");
-//!     figures::Heatmap::new(&weights).labels(&tokens).save(&path)?;
-//!     Ok(vec![path])
+//!     let (tokens, weights) = ...; // seeded: StdRng::seed_from_u64
+//!     let heatmap = figures::Heatmap::new(&weights)
+//!         .labels(&tokens)
+//!         .colorbar_label("attention weight")
+//!         .save(out_dir.join("chNN_weights.png"))?; // `save` returns the path it wrote
+//!     Ok(vec![heatmap])
 //! }
 //!
 //! fn main() -> Result<(), Box<dyn std::error::Error>> {

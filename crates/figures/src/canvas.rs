@@ -8,7 +8,7 @@
 //! kerning and sub-pixel positions, and places text by its visual box. The buffer is encoded as
 //! a PNG with fixed settings, so that the same figure always gives the same bytes.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
 use ab_glyph::{Font as _, FontRef, PxScale, ScaleFont, point};
@@ -288,8 +288,8 @@ fn encode_png(rgb: &[u8], width: u32, height: u32) -> Result<Vec<u8>> {
 }
 
 /// Renders with `render` and writes the PNG to `path`, which must end in `.png` (checked before
-/// drawing); the directory must exist.
-pub(crate) fn save(path: &Path, render: impl FnOnce() -> Result<Vec<u8>>) -> Result<()> {
+/// drawing); the directory must exist. Returns the path written.
+pub(crate) fn save(path: &Path, render: impl FnOnce() -> Result<Vec<u8>>) -> Result<PathBuf> {
     if !path
         .extension()
         .is_some_and(|e| e.eq_ignore_ascii_case("png"))
@@ -302,7 +302,8 @@ pub(crate) fn save(path: &Path, render: impl FnOnce() -> Result<Vec<u8>>) -> Res
     std::fs::write(path, bytes).map_err(|source| FigureError::Write {
         path: path.to_path_buf(),
         source,
-    })
+    })?;
+    Ok(path.to_path_buf())
 }
 
 /// Anti-aliased filled shapes in one colour: polygons, discs and thick polylines, clipped to a

@@ -129,7 +129,7 @@ pub enum FigureError {
 /// Shorthand for `Result<T, FigureError>`, what every drawing method returns.
 ///
 /// ```
-/// fn draw(dir: &std::path::Path) -> figures::Result<()> {
+/// fn draw(dir: &std::path::Path) -> figures::Result<std::path::PathBuf> {
 ///     figures::Heatmap::new(&ndarray::array![[0.5, 0.5]]).save(dir.join("w.png"))
 /// }
 /// let dir = tempfile::tempdir()?;

@@ -1,7 +1,7 @@
 //! Heatmaps of labelled matrices, alone ([`Heatmap`]) or several sharing one colour scale
 //! ([`HeatmapGrid`]).
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use ndarray::{Array2, ArrayBase, Data, Ix2};
 
@@ -550,16 +550,18 @@ impl Heatmap {
         )
     }
 
-    /// Draws the figure into the PNG file at `path` (its directory must exist).
+    /// Draws the figure into the PNG file at `path` (its directory must exist) and returns the
+    /// path, so that a chapter example can collect the files it wrote.
     ///
     /// ```
     /// let dir = tempfile::tempdir()?;
-    /// figures::Heatmap::new(&ndarray::array![[0.1, 0.9]]).save(dir.path().join("h.png"))?;
+    /// let written = figures::Heatmap::new(&ndarray::array![[0.1, 0.9]]).save(dir.path().join("h.png"))?;
+    /// assert_eq!(written, dir.path().join("h.png"));
     /// let err = figures::Heatmap::new(&ndarray::array![[0.1]]).save(dir.path().join("no/h.png"));
     /// assert!(err.unwrap_err().to_string().contains("no/h.png"));
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
-    pub fn save(&self, path: impl AsRef<Path>) -> Result<()> {
+    pub fn save(&self, path: impl AsRef<Path>) -> Result<PathBuf> {
         canvas::save(path.as_ref(), || self.to_png())
     }
 }
@@ -684,7 +686,7 @@ impl HeatmapGrid {
         )
     }
 
-    /// Draws the grid into the PNG file at `path` (its directory must exist).
+    /// Draws the grid into the PNG file at `path` (its directory must exist) and returns the path.
     ///
     /// ```
     /// # let dir = tempfile::tempdir()?;
@@ -693,7 +695,7 @@ impl HeatmapGrid {
     ///     .save(dir.path().join("grid.png"))?;
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
-    pub fn save(&self, path: impl AsRef<Path>) -> Result<()> {
+    pub fn save(&self, path: impl AsRef<Path>) -> Result<PathBuf> {
         canvas::save(path.as_ref(), || self.to_png())
     }
 }

@@ -1,6 +1,6 @@
 //! Line charts of named series, on linear or logarithmic axes.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use crate::canvas::{self, AXIS, Align, Baseline, GAP, LABEL, MARGIN, Shapes, TICK, TITLE};
 use crate::color::{GRID, INK, MUTED, series_color};
@@ -525,7 +525,7 @@ impl LineChart {
         rows
     }
 
-    /// Draws the chart into the PNG file at `path` (its directory must exist).
+    /// Draws the chart into the PNG file at `path` (its directory must exist) and returns the path.
     ///
     /// ```
     /// # let dir = tempfile::tempdir()?;
@@ -534,7 +534,7 @@ impl LineChart {
     ///     .save(dir.path().join("chart.png"))?;
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
-    pub fn save(&self, path: impl AsRef<Path>) -> Result<()> {
+    pub fn save(&self, path: impl AsRef<Path>) -> Result<PathBuf> {
         canvas::save(path.as_ref(), || self.to_png())
     }
 }
