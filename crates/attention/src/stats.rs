@@ -13,9 +13,10 @@
 //! runs the chapter's experiment for one `d_k`: random queries and keys with independent
 //! standard-normal entries, their scores with and without the division by `√d_k`.
 //!
-//! Anchors: `entropy`, `softmax_jacobian`, `jacobian_norm`, `row_stats`, `measure_scaling`.
+//! Anchors: `entropy`, `softmax_jacobian`, `jacobian_norm`, `row_stats`, `sample_scores`,
+//! `measure_scaling`.
 
-use ndarray::{Array2, ArrayRef1, ArrayRef2};
+use ndarray::{Array2, ArrayRef1, ArrayRef2, Axis};
 use rand::Rng;
 
 use crate::embeddings::random_matrix;
@@ -155,10 +156,33 @@ pub struct ScalingMeasurement {
     pub scaled: RowStats,
 }
 
+// ANCHOR: sample_scores
+/// Raw scores of random queries and keys: `trials` times, `Q·Kᵀ` for `Q` and `K` of shape
+/// `(l, d_k)` with independent standard-normal entries, stacked into `(trials·l, l)`. Each
+/// row is one query's scores against the `l` keys of its trial.
+///
+/// ```
+/// use attention::stats::sample_scores;
+/// use rand::{rngs::StdRng, SeedableRng};
+///
+/// let s = sample_scores(64, 8, 3, &mut StdRng::seed_from_u64(0));
+/// assert_eq!(s.dim(), (24, 8));
+/// ```
+pub fn sample_scores<R: Rng + ?Sized>(d_k: usize, l: usize, trials: usize, rng: &mut R) -> Array2<f64> {
+    let mut raw = Array2::<f64>::zeros((0, l));
+    for _ in 0..trials {
+        let q: Array2<f64> = random_matrix(l, d_k, 1.0, rng);
+        let k: Array2<f64> = random_matrix(l, d_k, 1.0, rng);
+        let s = scores(&q, &k).expect("q and k are (l, d_k), l and d_k at least 1");
+        raw.append(Axis(0), s.view()).expect("every block has l columns");
+    }
+    raw
+}
+// ANCHOR_END: sample_scores
+
 // ANCHOR: measure_scaling
-/// The chapter's experiment for one `d_k`: `trials` times, draw `Q` and `K` of shape
-/// `(l, d_k)` with independent standard-normal entries, and score every query against every
-/// key, with and without the division by `√d_k`. Variances are over all `trials·l·l` scores;
+/// The chapter's experiment for one `d_k`: the scores of [`sample_scores`], with and without
+/// the division by `√d_k`. Variances are over all `trials·l·l` scores;
 /// the softmax statistics are means over all `trials·l` rows.
 ///
 /// ```
@@ -171,13 +195,7 @@ pub struct ScalingMeasurement {
 /// assert!(m.scaled.max_weight < 0.5);
 /// ```
 pub fn measure_scaling<R: Rng + ?Sized>(d_k: usize, l: usize, trials: usize, rng: &mut R) -> ScalingMeasurement {
-    let mut raw = Array2::<f64>::zeros((0, l));
-    for _ in 0..trials {
-        let q: Array2<f64> = random_matrix(l, d_k, 1.0, rng);
-        let k: Array2<f64> = random_matrix(l, d_k, 1.0, rng);
-        let s = scores(&q, &k).expect("q and k are (l, d_k), l and d_k at least 1");
-        raw.append(ndarray::Axis(0), s.view()).expect("every block has l columns");
-    }
+    let raw = sample_scores(d_k, l, trials, rng);
     let scaled = scale(raw.clone(), d_k);
     ScalingMeasurement {
         d_k,
