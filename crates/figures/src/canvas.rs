@@ -277,7 +277,7 @@ fn encode_png(rgb: &[u8], width: u32, height: u32) -> Result<Vec<u8>> {
     let mut enc = png::Encoder::new(&mut out, width, height);
     enc.set_color(png::ColorType::Rgb);
     enc.set_depth(png::BitDepth::Eight);
-    enc.set_compression(png::Compression::Best);
+    enc.set_compression(png::Compression::Default);
     enc.set_filter(png::FilterType::Paeth);
     enc.set_adaptive_filter(png::AdaptiveFilterType::Adaptive);
     let png_err = |e: png::EncodingError| FigureError::Draw(format!("PNG encoding: {e}"));
