@@ -3,7 +3,8 @@
 //!
 //! ```text
 //! cargo run --release --example attend -- --q Q.npy --k K.npy --v V.npy \
-//!     [--mask causal | --mask M.npy] --out OUT.npy [--weights W.npy]
+//!     [--mask causal | --mask M.npy] --out OUT.npy [--weights W.npy] \
+//!     [--png HEATMAP.png [--labels "my,name,is,Aj"]]
 //! ```
 //!
 //! - Q `(…, L_q, d_k)`, K `(…, L_k, d_k)`, V `(…, L_k, d_v)` with the same 0, 1 or 2 leading
@@ -11,6 +12,8 @@
 //! - M is bool `(L_q, L_k)` or with the same leading axes; `true` = may attend.
 //!   `--mask causal` lets query `i` see keys `0..=i`.
 //! - OUT is `(…, L_q, d_v)` in the input dtype; W is `(…, L_q, L_k)`.
+//! - `--png HEATMAP.png` draws the weights (one heatmap, or one panel per batch item and
+//!   head), masked cells marked; `--labels "my,name,is,Aj"` names the tokens (one per token).
 //!
 //! Any bad input (missing or malformed file, mixed dtypes, wrong shapes, NaN) stops the tool
 //! with one line `error: <file>: <problem>` and exit code 1, and no output file is written.

@@ -206,8 +206,12 @@ fn attend_refuses_bad_input() {
     assert_fails(attend::run, &list, &dir, &float_mask, "a mask must have dtype bool");
 
     let mut list = with("--q", &fixture("sdpa", good, "q.npy"));
-    list.extend(args(&["--png", "heatmap.png"]));
-    assert_fails(attend::run, &list, &dir, "unknown argument \"--png\"", "usage: attend");
+    list.extend(args(&["--labels", "a,b,c,d,e,f"]));
+    assert_fails(attend::run, &list, &dir, "--labels only names the tokens", "add --png");
+
+    let mut list = with("--q", &fixture("sdpa", good, "q.npy"));
+    list.extend(["--png".to_string(), out_path(&dir, "w.png"), "--labels".to_string(), "The,cat,sat".to_string()]);
+    assert_fails(attend::run, &list, &dir, "--labels: 3 labels given", "L = 6 tokens");
 
     let no_out: Vec<String> = qkv(good);
     assert_fails(attend::run, &no_out, &dir, "--out is required", "usage");
@@ -268,4 +272,58 @@ fn multihead_refuses_bad_input() {
     let i = list.iter().position(|a| a == "--x").unwrap();
     list[i + 1] = vector.clone();
     assert_fails(multihead::run, &list, &dir, &vector, "(L, d_model) or (batch, L, d_model) was expected");
+}
+
+/// Reads a PNG's width and height from its header.
+fn png_size(path: &str) -> (u32, u32) {
+    let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("{path}: {e}"));
+    assert!(bytes.starts_with(b"\x89PNG\r\n\x1a\n"), "{path} is not a PNG");
+    let word = |at: usize| u32::from_be_bytes(bytes[at..at + 4].try_into().unwrap());
+    (word(16), word(20))
+}
+
+#[test]
+fn attend_draws_the_weights_it_writes() {
+    let dir = TempDir::new().unwrap();
+    let (out, one, grid) = (out_path(&dir, "out.npy"), out_path(&dir, "one.png"), out_path(&dir, "grid.png"));
+
+    let mut list = qkv("f64_causal_L6_dk8");
+    list.extend(args(&["--mask", "causal", "--out", &out, "--png", &one, "--labels", "The, cat,sat,on,the,mat"]));
+    let summary = attend::run(&list).unwrap();
+    assert!(summary.contains(&one), "{summary}");
+    let (w1, h1) = png_size(&one);
+
+    // Leading (batch, heads) axes: one panel per matrix, 2 × 2 of them, so a bigger image.
+    let case = "f64_batch2_heads2_bool_L4";
+    let mut list = qkv(case);
+    list.extend(["--mask".to_string(), fixture("sdpa", case, "mask.npy")]);
+    list.extend(args(&["--out", &out, "--png", &grid]));
+    attend::run(&list).unwrap();
+    let (w4, h4) = png_size(&grid);
+    assert!(w4 > w1 && h4 > h1, "grid {w4}x{h4} should be larger than one heatmap {w1}x{h1}");
+
+    // Unwritable PNG: no output at all, not even OUT.
+    let fresh = TempDir::new().unwrap();
+    let (out, png) = (out_path(&fresh, "out.npy"), out_path(&fresh, "no-such-dir/w.png"));
+    let mut list = qkv("f64_causal_L6_dk8");
+    list.extend(args(&["--out", &out, "--png", &png]));
+    assert_fails(attend::run, &list, &fresh, &png, "cannot write");
+}
+
+#[test]
+fn multihead_draws_one_panel_per_batch_item_and_head() {
+    let dir = TempDir::new().unwrap();
+    let (out, png) = (out_path(&dir, "out.npy"), out_path(&dir, "heads.png"));
+    let case = "f64_d8_h2_batch3_L6_padding";
+    let mut list = x_and_weights(case);
+    list.extend(["--mask".to_string(), fixture("mha", case, "mask.npy")]);
+    list.extend(args(&["--heads", "2", "--out", &out, "--png", &png, "--labels", "a,b,c,d,e,f"]));
+    multihead::run(&list).unwrap();
+    let (w, h) = png_size(&png);
+    assert!(h > w, "3 batch items × 2 heads lay out as 3 rows of 2 panels: {w}x{h}");
+
+    let mut list = x_and_weights(case);
+    list.extend(args(&["--heads", "2", "--out", &out, "--png", &png, "--labels", "a,b"]));
+    let message = multihead::run(&list).unwrap_err();
+    assert!(message.contains("--labels: 2 labels given but the weights have L = 6 tokens"), "{message}");
 }

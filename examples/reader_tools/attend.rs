@@ -6,15 +6,18 @@ use attention::sdpa::sdpa_batched;
 use ndarray::ArrayD;
 use ndarray_npy::WritableElement;
 
-use super::{Args, Outputs, Tensor, distinct_outputs, explain, load_bool, same_dtype, shape_text};
+use super::{
+    Args, Outputs, Picture, Tensor, distinct_outputs, explain, labels_need_png, load_bool, same_dtype, shape_text,
+};
 
 /// The command line, as `--help`-less usage text.
-pub const USAGE: &str =
-    "attend --q Q.npy --k K.npy --v V.npy [--mask causal | --mask M.npy] --out OUT.npy [--weights W.npy]";
+pub const USAGE: &str = "attend --q Q.npy --k K.npy --v V.npy [--mask causal | --mask M.npy] --out OUT.npy \
+                         [--weights W.npy] [--png HEATMAP.png [--labels \"my,name,is,Aj\"]]";
 
 /// Runs the tool: reads the inputs, attends, writes OUT (and W); returns a one-line summary.
 pub fn run(args: &[String]) -> Result<String, String> {
-    let args = Args::parse(args, &["q", "k", "v", "mask", "out", "weights"], USAGE)?;
+    let args = Args::parse(args, &["q", "k", "v", "mask", "out", "weights", "png", "labels"], USAGE)?;
+    labels_need_png(&args)?;
     let paths = Paths {
         q: args.required("q", USAGE)?,
         k: args.required("k", USAGE)?,
@@ -22,10 +25,12 @@ pub fn run(args: &[String]) -> Result<String, String> {
         mask: args.optional("mask"),
         out: args.required("out", USAGE)?,
         weights: args.optional("weights"),
+        png: args.optional("png"),
+        labels: args.optional("labels"),
     };
     let mut inputs = vec![paths.q, paths.k, paths.v];
     inputs.extend(paths.mask.filter(|m| *m != "causal"));
-    let outputs: Vec<&str> = [Some(paths.out), paths.weights].into_iter().flatten().collect();
+    let outputs: Vec<&str> = [Some(paths.out), paths.weights, paths.png].into_iter().flatten().collect();
     distinct_outputs(&inputs, &outputs)?;
 
     let (q, k, v) = (Tensor::load(paths.q)?, Tensor::load(paths.k)?, Tensor::load(paths.v)?);
@@ -52,6 +57,8 @@ struct Paths<'a> {
     mask: Option<&'a str>,
     out: &'a str,
     weights: Option<&'a str>,
+    png: Option<&'a str>,
+    labels: Option<&'a str>,
 }
 
 fn attend<A: Float + WritableElement>(
@@ -96,6 +103,15 @@ fn attend<A: Float + WritableElement>(
     outputs.write(paths.out, &att.output)?;
     if let Some(path) = paths.weights {
         outputs.write(path, &att.weights)?;
+    }
+    if let Some(path) = paths.png {
+        let picture = Picture {
+            path,
+            labels: paths.labels,
+            title: format!("Attention weights ({})", paths.mask.map_or("no mask".to_string(), |m| format!("mask: {m}"))),
+            axes: &["batch", "head"][..n - 2],
+        };
+        outputs.write_bytes(path, &picture.render(&att.weights, mask.as_ref().map(Mask::as_array))?)?;
     }
     let written = outputs.commit()?;
     let names: Vec<String> = written.iter().map(|p| p.display().to_string()).collect();

@@ -13,7 +13,8 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use attention::{AttentionError, Float};
-use ndarray::{ArrayD, Dimension};
+use figures::{Heatmap, HeatmapGrid, Panel, ValueRange};
+use ndarray::{ArrayD, ArrayViewD, Axis, Dimension, Ix2};
 use ndarray_npy::{ReadNpyError, ReadableElement, WritableElement, read_npy, write_npy};
 
 /// Runs a tool on the process arguments: prints its summary, or `error: ...` and exits 1.
@@ -180,16 +181,25 @@ pub struct Outputs {
 }
 
 impl Outputs {
-    /// Writes `array` to a temporary file next to `path`.
+    /// Writes `array` as `.npy` to a temporary file next to `path`.
     pub fn write<A: WritableElement, D: Dimension>(
         &mut self,
         path: &str,
         array: &ndarray::Array<A, D>,
     ) -> Result<(), String> {
+        self.write_with(path, |temp| write_npy(temp, array).map_err(|e| e.to_string()))
+    }
+
+    /// Writes `bytes` (a PNG, say) to a temporary file next to `path`.
+    pub fn write_bytes(&mut self, path: &str, bytes: &[u8]) -> Result<(), String> {
+        self.write_with(path, |temp| std::fs::write(temp, bytes).map_err(|e| e.to_string()))
+    }
+
+    fn write_with(&mut self, path: &str, write: impl FnOnce(&Path) -> Result<(), String>) -> Result<(), String> {
         let target = PathBuf::from(path);
         let name = target.file_name().ok_or_else(|| format!("{path}: not a file name"))?;
         let temp = target.with_file_name(format!(".{}.tmp-{}", name.to_string_lossy(), std::process::id()));
-        if let Err(e) = write_npy(&temp, array) {
+        if let Err(e) = write(&temp) {
             let _ = std::fs::remove_file(&temp);
             self.discard();
             return Err(format!("{path}: cannot write: {e}"));
@@ -242,6 +252,119 @@ pub fn distinct_outputs(inputs: &[&str], outputs: &[&str]) -> Result<(), String>
         if inputs.iter().any(|input| Path::new(input) == Path::new(out)) {
             return Err(format!("{out}: is also an input file; choose another output path"));
         }
+    }
+    Ok(())
+}
+
+/// Most panels `--png` draws in one image (one per batch item and head).
+pub const MAX_PANELS: usize = 64;
+
+/// What `--png` draws: the weights, which cells the mask allowed, and the token labels.
+pub struct Picture<'a> {
+    /// The PNG's path (from `--png`).
+    pub path: &'a str,
+    /// `--labels`, comma-separated, one per token.
+    pub labels: Option<&'a str>,
+    /// The figure's title.
+    pub title: String,
+    /// Names the leading axes of a panel, e.g. `["batch", "head"]`.
+    pub axes: &'a [&'a str],
+}
+
+impl Picture<'_> {
+    /// Draws weights `(…, L_q, L_k)` as one heatmap (no leading axes) or a grid with one panel
+    /// per leading index; `allowed` (broadcast to the weights' shape) marks masked cells.
+    pub fn render<A: Float>(&self, weights: &ArrayD<A>, allowed: Option<ArrayViewD<'_, bool>>) -> Result<Vec<u8>, String> {
+        let n = weights.ndim();
+        let (l_q, l_k) = (weights.shape()[n - 2], weights.shape()[n - 1]);
+        let labels = self.token_labels(l_q, l_k)?;
+        let panels: usize = weights.shape()[..n - 2].iter().product();
+        if panels > MAX_PANELS {
+            return Err(format!(
+                "{}: the weights {} hold {panels} matrices, more than the {MAX_PANELS} one image can show; \
+                 pass a smaller batch",
+                self.path,
+                shape_text(weights.shape())
+            ));
+        }
+        let weights = weights.mapv(|w| w.to_f64().expect("a finite float converts to f64"));
+        let allowed = match allowed {
+            None => None,
+            Some(a) => Some(
+                a.broadcast(weights.shape())
+                    .ok_or_else(|| {
+                        format!(
+                            "{}: the mask {} does not match the weights {}",
+                            self.path,
+                            shape_text(a.shape()),
+                            shape_text(weights.shape())
+                        )
+                    })?
+                    .to_owned(),
+            ),
+        };
+        let drawn = if n == 2 {
+            let mut map = Heatmap::new(&weights.view().into_dimensionality::<Ix2>().expect("2 axes"))
+                .title(self.title.clone())
+                .range(ValueRange::Fixed(0.0, 1.0))
+                .colorbar_label("attention weight");
+            if let Some(labels) = &labels {
+                map = map.labels(labels);
+            }
+            if let Some(allowed) = &allowed {
+                map = map.allowed(&allowed.view().into_dimensionality::<Ix2>().expect("2 axes"));
+            }
+            map.to_png()
+        } else {
+            let flat = weights.to_shape((panels, l_q, l_k)).expect("same number of elements");
+            let flat_allowed =
+                allowed.as_ref().map(|a| a.to_shape((panels, l_q, l_k)).expect("same number of elements"));
+            let mut grid = HeatmapGrid::new()
+                .title(self.title.clone())
+                .range(ValueRange::Fixed(0.0, 1.0))
+                .colorbar_label("attention weight");
+            for (i, matrix) in flat.axis_iter(Axis(0)).enumerate() {
+                let mut panel = Panel::new(&matrix).title(self.panel_title(weights.shape(), i));
+                if let Some(labels) = &labels {
+                    panel = panel.labels(labels);
+                }
+                if let Some(allowed) = &flat_allowed {
+                    panel = panel.allowed(&allowed.index_axis(Axis(0), i));
+                }
+                grid = grid.panel(panel);
+            }
+            grid.to_png()
+        };
+        drawn.map_err(|e| format!("{}: cannot draw: {e}", self.path))
+    }
+
+    fn token_labels(&self, l_q: usize, l_k: usize) -> Result<Option<Vec<String>>, String> {
+        let Some(text) = self.labels else { return Ok(None) };
+        let labels: Vec<String> = text.split(',').map(|l| l.trim().to_string()).collect();
+        if labels.len() != l_q || labels.len() != l_k {
+            let shape = if l_q == l_k { format!("L = {l_q} tokens") } else { format!("L_q = {l_q} queries and L_k = {l_k} keys") };
+            return Err(format!("--labels: {} labels given but the weights have {shape}", labels.len()));
+        }
+        Ok(Some(labels))
+    }
+
+    /// "batch 1, head 0" for the `i`-th matrix of weights with leading shape `shape[..n-2]`.
+    fn panel_title(&self, shape: &[usize], mut i: usize) -> String {
+        let lead = &shape[..shape.len() - 2];
+        let mut index = vec![0; lead.len()];
+        for (slot, &size) in index.iter_mut().zip(lead).rev() {
+            *slot = i % size;
+            i /= size;
+        }
+        let parts: Vec<String> = self.axes.iter().zip(&index).map(|(name, k)| format!("{name} {k}")).collect();
+        parts.join(", ")
+    }
+}
+
+/// Refuses `--labels` without `--png` (it would be silently ignored).
+pub fn labels_need_png(args: &Args) -> Result<(), String> {
+    if args.optional("labels").is_some() && args.optional("png").is_none() {
+        return Err("--labels only names the tokens of the --png heatmap; add --png FILE.png".to_string());
     }
     Ok(())
 }

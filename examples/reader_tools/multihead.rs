@@ -6,17 +6,22 @@ use attention::multihead::MultiHeadAttention;
 use ndarray::{Array2, ArrayD, Ix2, Ix3};
 use ndarray_npy::WritableElement;
 
-use super::{Args, Outputs, Tensor, distinct_outputs, explain, load_bool, same_dtype, shape_text};
+use super::{
+    Args, Outputs, Picture, Tensor, distinct_outputs, explain, labels_need_png, load_bool, same_dtype, shape_text,
+};
 
 /// The command line.
 pub const USAGE: &str = "multihead --x X.npy --wq WQ.npy --wk WK.npy --wv WV.npy --wo WO.npy --heads H \
-                         [--mask causal | --mask M.npy] --out OUT.npy [--weights W.npy]";
+                         [--mask causal | --mask M.npy] --out OUT.npy [--weights W.npy] \
+                         [--png GRID.png [--labels \"my,name,is,Aj\"]]";
 
 const WEIGHTS: [&str; 4] = ["wq", "wk", "wv", "wo"];
 
 /// Runs the tool: reads X and the four matrices, attends, writes OUT (and W).
 pub fn run(args: &[String]) -> Result<String, String> {
-    let args = Args::parse(args, &["x", "wq", "wk", "wv", "wo", "heads", "mask", "out", "weights"], USAGE)?;
+    let args =
+        Args::parse(args, &["x", "wq", "wk", "wv", "wo", "heads", "mask", "out", "weights", "png", "labels"], USAGE)?;
+    labels_need_png(&args)?;
     let x_path = args.required("x", USAGE)?;
     let mut w_paths = [""; 4];
     for (slot, name) in w_paths.iter_mut().zip(WEIGHTS) {
@@ -35,11 +40,13 @@ pub fn run(args: &[String]) -> Result<String, String> {
         mask: args.optional("mask"),
         out: args.required("out", USAGE)?,
         weights: args.optional("weights"),
+        png: args.optional("png"),
+        labels: args.optional("labels"),
     };
     let mut inputs = vec![paths.x];
     inputs.extend(paths.w);
     inputs.extend(paths.mask.filter(|m| *m != "causal"));
-    let outputs: Vec<&str> = [Some(paths.out), paths.weights].into_iter().flatten().collect();
+    let outputs: Vec<&str> = [Some(paths.out), paths.weights, paths.png].into_iter().flatten().collect();
     distinct_outputs(&inputs, &outputs)?;
 
     let x = Tensor::load(paths.x)?;
@@ -66,6 +73,8 @@ struct Paths<'a> {
     mask: Option<&'a str>,
     out: &'a str,
     weights: Option<&'a str>,
+    png: Option<&'a str>,
+    labels: Option<&'a str>,
 }
 
 fn multihead<A: Float + WritableElement>(paths: &Paths, x: ArrayD<A>, w: [ArrayD<A>; 4]) -> Result<String, String> {
@@ -115,6 +124,7 @@ fn multihead<A: Float + WritableElement>(paths: &Paths, x: ArrayD<A>, w: [ArrayD
         }
     };
     let files = [("x", paths.x), ("mask", paths.mask.unwrap_or("--mask"))];
+    let panel_axes: &[&str] = if x.ndim() == 2 { &["head"] } else { &["batch", "head"] };
     let (output, weights) = if x.ndim() == 2 {
         let x = x.into_dimensionality::<Ix2>().expect("checked: 2 axes");
         let out = mha.forward(&x, mask.as_ref()).map_err(|e| explain(&e, &files))?;
@@ -128,6 +138,20 @@ fn multihead<A: Float + WritableElement>(paths: &Paths, x: ArrayD<A>, w: [ArrayD
     outputs.write(paths.out, &output)?;
     if let Some(path) = paths.weights {
         outputs.write(path, &weights)?;
+    }
+    if let Some(path) = paths.png {
+        let picture = Picture {
+            path,
+            labels: paths.labels,
+            title: format!("{}-head attention weights", paths.heads),
+            axes: panel_axes,
+        };
+        // A (batch, L, L) mask applies to every head: give it the heads axis to broadcast over.
+        let allowed = mask.as_ref().map(|m| {
+            let a = m.as_array();
+            if a.ndim() == 3 { a.insert_axis(ndarray::Axis(1)) } else { a }
+        });
+        outputs.write_bytes(path, &picture.render(&weights, allowed)?)?;
     }
     let written = outputs.commit()?;
     let names: Vec<String> = written.iter().map(|p| p.display().to_string()).collect();
