@@ -7,3 +7,7 @@
 
 #![doc(test(attr(deny(warnings))))]
 #![warn(missing_docs)]
+
+pub mod ch01;
+pub mod ch02;
+pub mod ch03;
