@@ -66,6 +66,10 @@ macro_rules! chapters {
 // One line per chapter example, in chapter order, e.g.
 //     ch01 => "../examples/ch01_embeddings.rs",
 chapters! {
+    ch04 => "../examples/ch04_masking.rs",
+    ch05 => "../examples/ch05_softmax.rs",
+    ch06 => "../examples/ch06_multihead.rs",
+    ch07 => "../examples/ch07_layer.rs",
 }
 
 #[path = "../examples/common/mod.rs"]

@@ -12,7 +12,7 @@
 //! values (the first picture of attention); [`sdpa_batched`] runs it over leading batch and
 //! head axes.
 //!
-//! Anchors: `sdpa`, `single_query`, `sdpa_batched`.
+//! Anchors: `sdpa`, `single_query`, `sdpa_batched`, `plain_self_attention`.
 
 use ndarray::{Array, Array1, ArrayRef, ArrayRef1, ArrayRef2, Axis, Dimension, Ix1, Ix2};
 
@@ -140,6 +140,7 @@ pub fn sdpa_batched<A: Float, D: Dimension>(
 }
 // ANCHOR_END: sdpa_batched
 
+// ANCHOR: plain_self_attention
 /// `sdpa` with the query, key and value given as one matrix each and no mask: the
 /// parameter-free self-attention `softmax(X·Xᵀ/√d)·X` of the first chapters.
 ///
@@ -154,3 +155,4 @@ pub fn sdpa_batched<A: Float, D: Dimension>(
 pub fn plain_self_attention<A: Float>(x: &ArrayRef2<A>) -> Result<Attention<A, Ix2>> {
     sdpa(x, x, x, None)
 }
+// ANCHOR_END: plain_self_attention
