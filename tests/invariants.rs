@@ -97,6 +97,7 @@ proptest! {
         prop_assert!(max_diff(&out.select(Axis(0), &perm), &out_permuted) < 1e-12);
     }
 
+    // ANCHOR: causal_future
     /// With a causal mask, changing the tokens after position t leaves outputs 0..=t unchanged
     /// (for multi-head attention, so the heads and W_O are covered too).
     #[test]
@@ -122,7 +123,9 @@ proptest! {
             prop_assert!(max_diff(&c.output.slice(s![..=t, ..]), &e.output.slice(s![..=t, ..])) > 0.0);
         }
     }
+    // ANCHOR_END: causal_future
 
+    // ANCHOR: one_head
     /// Multi-head attention with one head is single-head self-attention followed by W_O.
     #[test]
     fn one_head_is_self_attention(
@@ -137,7 +140,9 @@ proptest! {
         prop_assert!(max_diff(&multi.output, &single.output.dot(&w_o)) < 1e-12);
         prop_assert!(max_diff(&multi.weights.index_axis(Axis(0), 0), &single.weights) < 1e-12);
     }
+    // ANCHOR_END: one_head
 
+    // ANCHOR: loop_vs_reshape
     /// The explicit loop over heads and the reshape version agree.
     #[test]
     fn per_head_loop_agrees_with_reshape(
@@ -152,6 +157,7 @@ proptest! {
         prop_assert!(max_diff(&looped.output, &reshaped.output) < 1e-12);
         prop_assert!(max_diff(&looped.weights, &reshaped.weights) < 1e-12);
     }
+    // ANCHOR_END: loop_vs_reshape
 
     /// Splitting into heads and merging them back is the identity, and head h holds
     /// columns h·d_head .. (h+1)·d_head.

@@ -121,6 +121,7 @@ def mha_case(name, dtype, d_model, heads, l_q, l_k, batch=None, mask_kind=None, 
         mask = key_ok[:, None, :].expand(batch, l_q, l_k)
     with torch.no_grad():
         out, weights = mha(x_q, x_kv, x_kv, need_weights=True, average_attn_weights=False, **kwargs)
+    # ANCHOR: mha_weights
     w = mha.in_proj_weight.detach()
     d = d_model
     arrays = dict(
@@ -130,6 +131,7 @@ def mha_case(name, dtype, d_model, heads, l_q, l_k, batch=None, mask_kind=None, 
         w_k=w[d : 2 * d].T,
         w_v=w[2 * d :].T,
         w_o=mha.out_proj.weight.detach().T,
+    # ANCHOR_END: mha_weights
         heads=np.array(heads, dtype=np.int64),
         out=out,
         weights=weights,

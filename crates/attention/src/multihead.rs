@@ -20,7 +20,7 @@
 //! way (consecutive groups of `d_head` columns). Its returned weights are averaged over the
 //! heads unless `average_attn_weights=False`.
 //!
-//! Anchors: `split_heads`, `merge_heads`, `multihead_attend`, `per_head_loop`.
+//! Anchors: `head_width`, `split_heads`, `merge_heads`, `multihead_attend`, `per_head_loop`.
 
 use ndarray::{Array, Array2, Array3, ArrayRef, ArrayRef2, ArrayRef3, Axis, Dimension, Ix2, Ix3, IxDyn, s};
 use rand::Rng;
@@ -55,6 +55,7 @@ pub struct MultiHeadOutput<A, D: Dimension> {
     pub weights: Array<A, D::Larger>,
 }
 
+// ANCHOR: head_width
 /// `d_model / heads`, or an error when `heads` is 0 or does not divide `d_model`.
 ///
 /// ```
@@ -69,6 +70,7 @@ pub fn head_width(d_model: usize, heads: usize) -> Result<usize> {
     }
     Ok(d_model / heads)
 }
+// ANCHOR_END: head_width
 
 // ANCHOR: split_heads
 /// Cuts the last axis into heads: `(..., L, d_model) → (..., heads, L, d_head)`.
