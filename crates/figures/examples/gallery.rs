@@ -222,7 +222,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     time("edge: panels of different shapes", || {
         HeatmapGrid::new()
             .title("Cross-attention: 2 queries, 5 keys")
-            .panel(Panel::new(&softmax(&matrix(2, 5, 30), 2.0, false)).title("head 0").row_labels(&["Le", "chat"]))
+            .panel(
+                Panel::new(&softmax(&matrix(2, 5, 30), 2.0, false))
+                    .title("head 0")
+                    .row_labels(&["Le", "chat"]),
+            )
             .panel(Panel::new(&softmax(&matrix(3, 3, 31), 2.0, false)).title("head 1 (3×3)"))
             .panel(Panel::new(&softmax(&matrix(2, 5, 32), 2.0, false)).title("head 2"))
             .columns(2)

@@ -851,10 +851,6 @@ impl Layout {
     fn slot_w(&self) -> i32 {
         self.row_label_w + GAP + self.matrix_w()
     }
-    /// Height of one panel slot: panel title, matrix and column labels.
-    fn slot_h(&self) -> i32 {
-        self.above() + self.matrix_h() + self.col_label_h + self.pad_bottom
-    }
     /// From the top of a slot to the top of its matrix.
     fn above(&self) -> i32 {
         self.pad_top + self.panel_title_h
@@ -926,17 +922,37 @@ fn render(
     let l = Layout::new(panels, style, title, columns, &scale)?;
     let grid_rows = panels.len().div_ceil(l.columns);
 
+    // Each grid column is as wide as its widest matrix, each grid row as tall as its tallest.
+    let in_column = |c: usize| panels.iter().skip(c).step_by(l.columns);
+    let in_row = |r: usize| panels.iter().skip(r * l.columns).take(l.columns);
+    let col_w: Vec<i32> = (0..l.columns)
+        .map(|c| {
+            in_column(c)
+                .map(|p| p.data.ncols() as i32)
+                .max()
+                .unwrap_or(0)
+                * l.cell
+        })
+        .collect();
+    let row_h: Vec<i32> = (0..grid_rows)
+        .map(|r| in_row(r).map(|p| p.data.nrows() as i32).max().unwrap_or(0) * l.cell)
+        .collect();
     let grid_left = MARGIN + l.row_title_w;
     let grid_top = MARGIN + l.title_h;
-    let slot_x = |c: usize| grid_left + c as i32 * (l.slot_w() + PANEL_GAP);
-    let slot_y = |r: usize| grid_top + r as i32 * (l.slot_h() + l.col_title_h + PANEL_GAP);
-    let grid_right = slot_x(l.columns - 1) + l.slot_w();
-    let grid_bottom = slot_y(grid_rows - 1) + l.slot_h() + l.col_title_h;
+    let slot_x: Vec<i32> = offsets(
+        grid_left,
+        col_w.iter().map(|w| l.row_label_w + GAP + w + PANEL_GAP),
+    );
+    let below = l.col_label_h + l.pad_bottom + l.col_title_h + PANEL_GAP;
+    let slot_y: Vec<i32> = offsets(grid_top, row_h.iter().map(|h| l.above() + h + below));
+    let grid_right = slot_x[l.columns] - PANEL_GAP;
+    let grid_bottom = slot_y[grid_rows] - PANEL_GAP;
 
     // The colour bar spans the matrices of the first to the last grid row (at least 160 px).
     let bar_x = grid_right + 24;
     let bar_top = grid_top + l.above();
-    let bar_h = (slot_y(grid_rows - 1) + l.above() + l.matrix_h() - bar_top).clamp(160, 480);
+    let bar_h =
+        (slot_y[grid_rows - 1] + l.above() + row_h[grid_rows - 1] - bar_top).clamp(160, 480);
     let legend_h = if l.any_masked { 14 + BAR_W } else { 0 };
     let title_w = title.map_or(0, |t| TITLE.block_width(t));
     let width = (bar_x + l.bar_w + MARGIN).max(title_w + 2 * MARGIN);
@@ -951,8 +967,8 @@ fn render(
         }
         for (i, p) in panels.iter().enumerate() {
             let (gr, gc) = (i / l.columns, i % l.columns);
-            let mx = slot_x(gc) + l.row_label_w + GAP;
-            let my = slot_y(gr) + l.above();
+            let mx = slot_x[gc] + l.row_label_w + GAP;
+            let my = slot_y[gr] + l.above();
             draw_panel(area, p, style, &l, &scale, (mx, my))?;
             if gc == 0 && !style.row_title.is_empty() {
                 let cy = my + p.data.nrows() as i32 * l.cell / 2;
@@ -1001,6 +1017,17 @@ fn render(
         }
         Ok(())
     })
+}
+
+/// `start`, then `start` plus each running total of `sizes`: where consecutive slots begin
+/// (the last entry is where a next slot would begin).
+fn offsets(start: i32, sizes: impl Iterator<Item = i32>) -> Vec<i32> {
+    std::iter::once(start)
+        .chain(sizes.scan(start, |at, size| {
+            *at += size;
+            Some(*at)
+        }))
+        .collect()
 }
 
 /// Draws one panel whose matrix has its top-left corner at `(mx, my)`.
