@@ -213,3 +213,125 @@ proptest! {
         prop_assert!(max_diff(&narrow.output.mapv(f64::from), &wide.output) < 1e-4);
     }
 }
+
+/// The tiled path (`attention::tiled`) against the plain one: sequences long enough for
+/// several tiles, tile sizes that rarely divide them, random masks with fully masked rows,
+/// leading batch and head axes, `f64` and `f32`.
+mod tiled {
+    use super::*;
+    use attention::softmax::softmax_row;
+    use attention::tiled::{Masking, Tiles, online_softmax, tiled_sdpa, tiled_sdpa_batched};
+    use ndarray::{Array1, Array4};
+
+    /// `(L_q, L_k, d_k, d_v)` for the tiled tests: up to 40 tokens, so that tiles of 1 to 9
+    /// give anything from one tile to forty.
+    fn long_sizes() -> impl Strategy<Value = (usize, usize, usize, usize)> {
+        (1..=40usize, 1..=40usize, 1..=8usize, 1..=8usize)
+    }
+
+    fn tiles() -> impl Strategy<Value = Tiles> {
+        (1..=9usize, 1..=9usize).prop_map(|(block_q, tile_k)| Tiles { block_q, tile_k })
+    }
+
+    /// A random mask in which every `blank`-th query (if any) sees no key at all.
+    fn mask_with_blank_rows(allowed: Array2<bool>, blank: usize) -> Mask {
+        let mut allowed = allowed;
+        for (i, mut row) in allowed.rows_mut().into_iter().enumerate() {
+            if blank > 0 && i % blank == 0 {
+                row.fill(false);
+            }
+        }
+        Mask::from_array(allowed).unwrap()
+    }
+
+    fn tiled_config() -> ProptestConfig {
+        ProptestConfig { cases: 32, ..ProptestConfig::default() }
+    }
+
+    proptest! {
+        #![proptest_config(tiled_config())]
+
+        /// Online softmax is the stable softmax (−∞ entries included, an all −∞ row gives 0s).
+        #[test]
+        fn online_softmax_is_the_stable_softmax(
+            row in prop::collection::vec(prop_oneof![3 => -50.0..50.0f64, 1 => Just(f64::NEG_INFINITY)], 1..=20)
+        ) {
+            let row = Array1::from(row);
+            let mut stable = row.clone();
+            softmax_row(&mut stable);
+            prop_assert!(max_diff(&online_softmax(&row), &stable) < 1e-12);
+        }
+
+        /// f64: tiled = plain within 1e-12, with no mask, causal, or a random mask with
+        /// fully masked rows; fully masked rows give exact zeros.
+        #[test]
+        fn tiled_equals_plain_f64(
+            (q, k, v, allowed) in long_sizes().prop_flat_map(|(l_q, l_k, d_k, d_v)| {
+                (matrix(l_q, d_k, 4.0), matrix(l_k, d_k, 4.0), matrix(l_k, d_v, 4.0), bool_matrix(l_q, l_k))
+            }),
+            tiles in tiles(),
+            blank in 0..5usize,
+        ) {
+            let (l_q, l_k) = (q.nrows(), k.nrows());
+            let mask = mask_with_blank_rows(allowed, blank);
+            let causal = Mask::causal_rect(l_q, l_k);
+            for (masking, plain_mask) in [
+                (Masking::All, None),
+                (Masking::Causal, Some(&causal)),
+                (Masking::Mask(&mask), Some(&mask)),
+            ] {
+                let plain = sdpa(&q, &k, &v, plain_mask).unwrap();
+                let tiled = tiled_sdpa(&q, &k, &v, masking, tiles).unwrap();
+                prop_assert!(max_diff(&tiled, &plain.output) < 1e-12, "{:?} {:?}", masking, tiles);
+                if let Some(m) = plain_mask {
+                    for (i, row) in tiled.rows().into_iter().enumerate() {
+                        if !m.as_array().index_axis(Axis(0), i).iter().any(|&ok| ok) {
+                            prop_assert!(row.iter().all(|&x| x == 0.0), "row {} sees no key", i);
+                        }
+                    }
+                }
+            }
+        }
+
+        /// f32 with batch and head axes and a per-batch mask broadcast over heads: tiled =
+        /// plain within 1e-5.
+        #[test]
+        fn tiled_equals_plain_f32_batched(
+            (batch, heads, l, d) in (1..=2usize, 1..=3usize, 1..=33usize, 1..=8usize),
+            tiles in tiles(),
+            seed in any::<u64>(),
+            causal in any::<bool>(),
+        ) {
+            use rand::Rng;
+            let mut rng = StdRng::seed_from_u64(seed);
+            let mut random = |shape| Array4::from_shape_simple_fn(shape, || rng.random_range(-3.0..3.0f32));
+            let (q, k, v) = (random((batch, heads, l, d)), random((batch, heads, l, d)), random((batch, heads, l, d)));
+            let mut rng = StdRng::seed_from_u64(seed ^ 1);
+            let allowed = Array4::from_shape_simple_fn((batch, 1, l, l), || rng.random_bool(0.7));
+            let mask = Mask::from_array(allowed).unwrap();
+            let mask = if causal { mask.and(&Mask::causal(l)).unwrap() } else { mask };
+            let plain = sdpa_batched(&q, &k, &v, Some(&mask)).unwrap();
+            let tiled = tiled_sdpa_batched(&q, &k, &v, Masking::Mask(&mask), tiles).unwrap();
+            let diff = tiled.iter().zip(plain.output.iter()).map(|(a, b)| (a - b).abs()).fold(0.0, f32::max);
+            prop_assert!(diff < 1e-5, "differs by {} with {:?}", diff, tiles);
+        }
+    }
+
+    #[test]
+    fn tile_sizes_of_zero_and_bad_masks_are_errors() {
+        let x = Array2::<f64>::zeros((4, 2));
+        let err = tiled_sdpa(&x, &x, &x, Masking::All, Tiles { block_q: 0, tile_k: 4 }).unwrap_err();
+        assert_eq!(err.to_string(), "tiles has block_q = 0: it must be at least 1");
+        let err = tiled_sdpa(&x, &x, &x, Masking::All, Tiles { block_q: 4, tile_k: 0 }).unwrap_err();
+        assert_eq!(err.to_string(), "tiles has tile_k = 0: it must be at least 1");
+        let err = tiled_sdpa(&x, &x, &x, Masking::Mask(&Mask::causal(3)), Tiles::default()).unwrap_err();
+        assert_eq!(err.to_string(), "mask has shape [3, 3], which does not broadcast to the scores' shape [4, 4]");
+        let plain = sdpa(&x, &x, &x, Some(&Mask::causal(3))).unwrap_err();
+        assert_eq!(err, plain, "the same error as the plain path");
+        let y = Array2::<f64>::zeros((4, 3));
+        assert_eq!(
+            tiled_sdpa(&x, &y, &x, Masking::All, Tiles::default()).unwrap_err(),
+            sdpa(&x, &y, &x, None).unwrap_err()
+        );
+    }
+}

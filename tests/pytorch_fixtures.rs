@@ -3,6 +3,8 @@
 //! The fixtures under `tests/fixtures/` were written by `tools/make_fixtures.py` (its
 //! docstring describes every file; `tests/fixtures/sdpa/README.txt` records the torch
 //! version). Tolerances: `1e-5` for `f32`, `1e-12` for `f64`, absolute, on every entry.
+//! The tiled path (`attention::tiled`) is held to the same tolerances, against PyTorch and
+//! against the plain path.
 
 use std::fmt::Debug;
 use std::path::{Path, PathBuf};
@@ -11,6 +13,7 @@ use attention::Float;
 use attention::mask::Mask;
 use attention::multihead::MultiHeadAttention;
 use attention::sdpa::{sdpa, sdpa_batched};
+use attention::tiled::{Masking, Tiles, tiled_sdpa, tiled_sdpa_batched};
 use ndarray::{ArrayD, Axis, Ix2, Ix3};
 use ndarray_npy::{ReadableElement, read_npy};
 
@@ -82,8 +85,38 @@ fn check_sdpa_cases<A: Float + ReadableElement + Debug>(dtype: &str, tolerance: 
             let plain = sdpa(&two_d(&q), &two_d(&k), &two_d(&v), mask.as_ref()).unwrap();
             assert_close(dir, "sdpa vs sdpa_batched", &plain.output.into_dyn(), &att.output, tolerance);
         }
+        check_tiled_case(dir, (&q, &k, &v), mask.as_ref(), &att.output, tolerance);
     }
     dirs.len()
+}
+
+/// The tiled path on one fixture: against PyTorch's output and the plain path's, with the
+/// mask as a boolean array and (for the causal cases) as `Masking::Causal`, for the default
+/// tiles and for tiles that divide no length (3 queries × 5 keys) or are a single entry.
+fn check_tiled_case<A: Float + ReadableElement>(
+    dir: &Path,
+    (q, k, v): (&ArrayD<A>, &ArrayD<A>, &ArrayD<A>),
+    mask: Option<&Mask>,
+    plain: &ArrayD<A>,
+    tolerance: f64,
+) {
+    let torch = load::<A>(dir, "out");
+    let mut maskings = vec![mask.map_or(Masking::All, Masking::Mask)];
+    if dir.join("causal.npy").exists() {
+        maskings.push(Masking::Causal);
+    }
+    for masking in maskings {
+        for tiles in [Tiles::default(), Tiles { block_q: 3, tile_k: 5 }, Tiles { block_q: 1, tile_k: 1 }] {
+            let tiled = tiled_sdpa_batched(q, k, v, masking, tiles).unwrap();
+            let what = format!("tiled output ({masking:?}, {tiles:?})");
+            assert_close(dir, &format!("{what} vs PyTorch"), &tiled, &torch, tolerance);
+            assert_close(dir, &format!("{what} vs the plain path"), &tiled, plain, tolerance);
+            if q.ndim() == 2 {
+                let two = tiled_sdpa(&two_d(q), &two_d(k), &two_d(v), masking, tiles).unwrap().into_dyn();
+                assert_close(dir, &format!("{what}, 2-D"), &two, &tiled, 0.0);
+            }
+        }
+    }
 }
 
 #[test]
@@ -109,6 +142,8 @@ fn fully_masked_rows_are_zero_in_pytorch_and_here() {
         assert!(torch_row.iter().all(|&x| x == 0.0), "torch row {row}: {torch_row}");
         assert!(ours.output.index_axis(Axis(0), row).iter().all(|&x| x == 0.0));
         assert!(ours.weights.index_axis(Axis(0), row).iter().all(|&x| x == 0.0));
+        let tiled = tiled_sdpa_batched(&q, &k, &v, Masking::Mask(&mask), Tiles { block_q: 2, tile_k: 2 }).unwrap();
+        assert!(tiled.index_axis(Axis(0), row).iter().all(|&x| x == 0.0));
     }
 }
 

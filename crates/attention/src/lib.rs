@@ -15,6 +15,7 @@
 //! | Softmax, The complete layer | [`sdpa`] | [`sdpa`](sdpa::sdpa), [`single_query`](sdpa::single_query), [`sdpa_batched`](sdpa::sdpa_batched) |
 //! | The complete layer | [`self_attention`] | [`SelfAttention`](self_attention::SelfAttention): `W_Q`, `W_K`, `W_V` |
 //! | Multi-head attention | [`multihead`] | [`MultiHeadAttention`](multihead::MultiHeadAttention), [`split_heads`](multihead::split_heads), [`merge_heads`](multihead::merge_heads) |
+//! | Attention at scale | [`tiled`] | [`online_softmax`](tiled::online_softmax), [`tiled_sdpa`](tiled::tiled_sdpa), [`tiled_sdpa_batched`](tiled::tiled_sdpa_batched): no `L_q × L_k` matrix |
 //!
 //! Alongside: [`notebooks`] holds the numbers the seed notebooks printed (the tests and the
 //! chapters reproduce them), [`AttentionError`] is the one error type, and [`Float`] is the
@@ -56,6 +57,7 @@ pub mod sdpa;
 pub mod self_attention;
 mod shapes;
 pub mod softmax;
+pub mod tiled;
 pub mod stats;
 
 pub use error::{AttentionError, Result};

@@ -1,0 +1,580 @@
+//! Chapter *Attention at scale*: attention without the `L_q × L_k` matrix.
+//!
+//! [`sdpa`](crate::sdpa::sdpa) builds every score, then every weight, then the output: for
+//! `L = 16384` that is a 1 GiB matrix of `f32` per head. Two ideas remove it:
+//!
+//! 1. **Online softmax** (Milakov & Gimelshein, 2018). Chapter *Softmax* subtracted the row
+//!    maximum before `exp`. The maximum need not be known in advance: keep a running maximum
+//!    `m` and a running sum `l = Σ exp(xⱼ − m)`; when a larger maximum `m'` arrives, every
+//!    term already summed is too large by the factor `exp(m' − m)`, so multiply `l` by
+//!    `exp(m − m')` and go on ([`Running`], [`online_softmax`]).
+//! 2. **Tiling** (FlashAttention-2, Dao 2023). Take the queries a block at a time and walk the
+//!    keys a tile at a time. Per tile, compute the block's scores `Q_blk · K_tileᵀ / √d_k` into
+//!    a small buffer, update `m` and `l` row by row, rescale the output accumulated so far by
+//!    the same factor, and add `P · V_tile`. Divide by `l` once at the end
+//!    ([`tiled_sdpa`], [`tiled_sdpa_batched`]).
+//!
+//! The extra memory is one `block_q × tile_k` buffer per thread next to the `L_q × d_v`
+//! output, never `L_q × L_k`. The results equal the plain path's up to rounding (the tests
+//! compare them on the PyTorch fixtures within `1e-5` for `f32` and `1e-12` for `f64`); the
+//! weights are never formed, so only the output is returned.
+//!
+//! The work is spread over threads with [rayon]: every (batch, head, query block) is one task.
+//! The products go through ndarray's `general_mat_mul` (the `matrixmultiply` crate), which
+//! writes into the existing tile buffer.
+//!
+//! Anchors: `online_update`, `online_softmax`, `tile_loop`, `mask_tile`.
+
+use ndarray::{
+    Array, Array1, Array2, Array3, ArrayRef, ArrayRef1, ArrayRef2, ArrayView2, ArrayViewD, ArrayViewMut2, Axis,
+    Dimension, IxDyn, Zip, linalg::general_mat_mul, s,
+};
+use rayon::prelude::*;
+use std::any::TypeId;
+
+use crate::error::{AttentionError, Result};
+use crate::float::Float;
+use crate::mask::Mask;
+use crate::shapes::check_qkv;
+
+// ANCHOR: online_update
+/// The state of an online softmax: the largest score seen so far and the sum of
+/// `exp(score − max)` over the scores seen so far.
+///
+/// [`push`](Running::push) adds one score; when it raises the maximum, the sum so far is
+/// rescaled by `exp(old max − new max)`, the factor by which each of its terms was too large.
+///
+/// ```
+/// use attention::tiled::Running;
+///
+/// let mut run = Running::new();
+/// for x in [1.0_f64, 3.0, 2.0] {
+///     run.push(x);
+/// }
+/// assert_eq!(run.max, 3.0);
+/// let direct = (1.0_f64 - 3.0).exp() + 1.0 + (2.0_f64 - 3.0).exp();
+/// assert!((run.sum - direct).abs() < 1e-15);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Running<A> {
+    /// The running maximum `m` (−∞ before the first visible score).
+    pub max: A,
+    /// The running sum `l = Σⱼ exp(xⱼ − m)` (0 before the first visible score).
+    pub sum: A,
+}
+
+impl<A: Float> Running<A> {
+    /// The state before any score: `m = −∞`, `l = 0`.
+    ///
+    /// ```
+    /// use attention::tiled::Running;
+    ///
+    /// let start = Running::<f32>::new();
+    /// assert_eq!((start.max, start.sum), (f32::NEG_INFINITY, 0.0));
+    /// ```
+    pub fn new() -> Self {
+        Running { max: A::neg_infinity(), sum: A::zero() }
+    }
+
+    /// Adds one score `x`. A masked score (−∞) changes nothing.
+    ///
+    /// ```
+    /// use attention::tiled::Running;
+    ///
+    /// let mut run = Running { max: 0.0_f64, sum: 2.0 }; // two scores of 0 so far
+    /// run.push(f64::ln(2.0));                           // a new maximum, ln 2
+    /// assert_eq!(run.max, f64::ln(2.0));
+    /// assert!((run.sum - 2.0).abs() < 1e-15);           // 2·e^(0 − ln 2) + e^0 = 1 + 1
+    /// ```
+    pub fn push(&mut self, x: A) {
+        if x == A::neg_infinity() {
+            return; // a masked key: no weight, nothing to add
+        }
+        let max = self.max.max(x);
+        // Terms summed so far were relative to the old maximum: rescale them (exp(−∞) = 0 at the start).
+        self.sum = self.sum * (self.max - max).exp() + (x - max).exp();
+        self.max = max;
+    }
+}
+// ANCHOR_END: online_update
+
+impl<A: Float> Default for Running<A> {
+    /// The same as [`Running::new`].
+    ///
+    /// ```
+    /// use attention::tiled::Running;
+    ///
+    /// assert_eq!(Running::<f64>::default(), Running::new());
+    /// ```
+    fn default() -> Self {
+        Running::new()
+    }
+}
+
+// ANCHOR: online_softmax
+/// Softmax of one row in two passes instead of three: one pass finds the maximum and the sum
+/// together ([`Running`]), one writes `exp(xⱼ − m) / l`.
+///
+/// Equal to [`softmax_row`](crate::softmax::softmax_row) up to rounding; a row that is all −∞
+/// gives all zeros, as there.
+///
+/// ```
+/// use attention::{softmax::softmax_row, tiled::online_softmax};
+/// use ndarray::array;
+///
+/// let x = array![2.0_f64, 1.0, f64::NEG_INFINITY, 4.0];
+/// let mut stable = x.clone();
+/// softmax_row(&mut stable);
+/// let online = online_softmax(&x);
+/// assert!((online - stable).iter().all(|d| d.abs() < 1e-15));
+/// assert_eq!(online_softmax(&array![f32::NEG_INFINITY]), array![0.0]);
+/// ```
+pub fn online_softmax<A: Float>(row: &ArrayRef1<A>) -> Array1<A> {
+    let mut run = Running::new();
+    row.iter().for_each(|&x| run.push(x)); // pass 1: maximum and sum at once
+    if run.sum == A::zero() {
+        return Array1::zeros(row.len()); // no visible key
+    }
+    row.mapv(|x| (x - run.max).exp() / run.sum) // pass 2: the weights
+}
+// ANCHOR_END: online_softmax
+
+/// Which keys each query may see in [`tiled_sdpa`]: all, the causal triangle, or a [`Mask`].
+///
+/// `Causal` is the same as `Mask(&Mask::causal_rect(L_q, L_k))` (key `j` visible to query `i`
+/// iff `j ≤ i`) but needs no boolean array, and lets the tiled loop skip the tiles that lie
+/// entirely in a query block's future.
+///
+/// ```
+/// use attention::{mask::Mask, tiled::Masking};
+///
+/// let padding = Mask::padding(&[3], 4, 4).unwrap();
+/// let choices = [Masking::All, Masking::Causal, Masking::Mask(&padding)];
+/// assert_eq!(choices.len(), 3);
+/// ```
+#[derive(Debug, Clone, Copy)]
+pub enum Masking<'a> {
+    /// Every query sees every key.
+    All,
+    /// Query `i` sees keys `0..=i`.
+    Causal,
+    /// A boolean mask broadcastable to `(..., L_q, L_k)`, `true` = may attend.
+    Mask(&'a Mask),
+}
+
+/// The tile sizes of [`tiled_sdpa`]: `block_q` queries per task, `tile_k` keys per step.
+///
+/// Neither needs to divide the sequence length: the last block and tile are shorter. Both
+/// must be at least 1. The default, 128 × 256, keeps a tile's scores (128 KiB of `f32`), the
+/// block's queries and its output in a core's L2 cache; it was the fastest of the sizes we
+/// tried for `d = 64` (chapter *Attention at scale*).
+///
+/// ```
+/// use attention::tiled::Tiles;
+///
+/// let t = Tiles::default();
+/// assert_eq!((t.block_q, t.tile_k), (128, 256));
+/// let small = Tiles { block_q: 3, tile_k: 5 };
+/// assert_eq!(small.scratch_len(), 15);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Tiles {
+    /// Queries per block (one parallel task each).
+    pub block_q: usize,
+    /// Keys per tile (one step of the loop).
+    pub tile_k: usize,
+}
+
+impl Default for Tiles {
+    /// `block_q = 128`, `tile_k = 256`.
+    ///
+    /// ```
+    /// use attention::tiled::Tiles;
+    ///
+    /// assert_eq!(Tiles::default(), Tiles { block_q: 128, tile_k: 256 });
+    /// ```
+    fn default() -> Self {
+        Tiles { block_q: 128, tile_k: 256 }
+    }
+}
+
+impl Tiles {
+    /// The number of elements in one scores tile, `block_q · tile_k`: what each thread keeps
+    /// instead of the `L_q · L_k` scores.
+    ///
+    /// ```
+    /// use attention::tiled::Tiles;
+    ///
+    /// assert_eq!(Tiles { block_q: 64, tile_k: 128 }.scratch_len(), 8192);
+    /// ```
+    pub fn scratch_len(&self) -> usize {
+        self.block_q * self.tile_k
+    }
+
+    fn check(&self) -> Result<()> {
+        for (size, dim) in [(self.block_q, "block_q"), (self.tile_k, "tile_k")] {
+            if size == 0 {
+                return Err(AttentionError::Empty { what: "tiles".into(), dim });
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Tiled scaled dot-product attention, `softmax(Q·Kᵀ/√d_k + M)·V`, for `q: (L_q, d_k)`,
+/// `k: (L_k, d_k)`, `v: (L_k, d_v)`: the output `(L_q, d_v)` of
+/// [`sdpa`](crate::sdpa::sdpa) without ever forming the `(L_q, L_k)` weights.
+///
+/// A query that sees no key gets a zero output row, as in the plain path. Errors are the
+/// plain path's (shapes that do not fit, a mask that does not broadcast), plus a tile size
+/// of 0.
+///
+/// ```
+/// use attention::{mask::Mask, sdpa::sdpa, tiled::{tiled_sdpa, Masking, Tiles}};
+/// use ndarray::Array2;
+///
+/// let q = Array2::from_shape_fn((10, 4), |(i, j)| ((i * 3 + j) % 7) as f64 / 7.0);
+/// let k = Array2::from_shape_fn((10, 4), |(i, j)| ((i + 2 * j) % 5) as f64 / 5.0);
+/// let v = Array2::from_shape_fn((10, 3), |(i, j)| (i + j) as f64);
+/// let tiles = Tiles { block_q: 4, tile_k: 3 }; // neither divides 10
+/// let tiled = tiled_sdpa(&q, &k, &v, Masking::Causal, tiles).unwrap();
+/// let plain = sdpa(&q, &k, &v, Some(&Mask::causal(10))).unwrap();
+/// assert!((tiled - plain.output).iter().all(|d| d.abs() < 1e-12));
+///
+/// let err = tiled_sdpa(&q, &k.slice(ndarray::s![..9, ..]), &v, Masking::All, tiles).unwrap_err();
+/// assert_eq!(err.to_string(), "k has L_k = 9 but v has L_k = 10");
+/// ```
+pub fn tiled_sdpa<A: Float>(
+    q: &ArrayRef2<A>,
+    k: &ArrayRef2<A>,
+    v: &ArrayRef2<A>,
+    masking: Masking,
+    tiles: Tiles,
+) -> Result<Array2<A>> {
+    tiled_sdpa_batched(q, k, v, masking, tiles)
+}
+
+/// [`tiled_sdpa`] over leading (batch, head) axes: `q: (..., L_q, d_k)`, `k: (..., L_k, d_k)`,
+/// `v: (..., L_k, d_v)` with the same leading axes give `(..., L_q, d_v)`, the output of
+/// [`sdpa_batched`](crate::sdpa::sdpa_batched).
+///
+/// Every (batch, head, query block) is one task on rayon's thread pool; run it inside
+/// `ThreadPool::install` to choose the number of threads.
+///
+/// ```
+/// use attention::{mask::Mask, sdpa::sdpa_batched, tiled::{tiled_sdpa_batched, Masking, Tiles}};
+/// use ndarray::Array4;
+///
+/// let x = Array4::from_shape_fn((2, 3, 9, 4), |(b, h, i, j)| ((b + 2 * h + 3 * i + j) % 5) as f32 - 2.0);
+/// let padding = Mask::padding(&[9, 4], 9, 9).unwrap().as_array().insert_axis(ndarray::Axis(1)).to_owned();
+/// let padding = Mask::from_array(padding).unwrap(); // (batch, 1, L_q, L_k): every head alike
+/// let tiled = tiled_sdpa_batched(&x, &x, &x, Masking::Mask(&padding), Tiles { block_q: 2, tile_k: 4 }).unwrap();
+/// let plain = sdpa_batched(&x, &x, &x, Some(&padding)).unwrap();
+/// assert_eq!(tiled.dim(), (2, 3, 9, 4));
+/// assert!((tiled - plain.output).iter().all(|d| d.abs() < 1e-5));
+/// ```
+pub fn tiled_sdpa_batched<A: Float, D: Dimension>(
+    q: &ArrayRef<A, D>,
+    k: &ArrayRef<A, D>,
+    v: &ArrayRef<A, D>,
+    masking: Masking,
+    tiles: Tiles,
+) -> Result<Array<A, D>> {
+    let (l_q, l_k, d_k, d_v) = check_qkv(q.shape(), k.shape(), v.shape())?;
+    tiles.check()?;
+    let lead = &q.shape()[..q.ndim() - 2];
+    let count: usize = lead.iter().product();
+    let mut scores_shape = lead.to_vec();
+    scores_shape.extend([l_q, l_k]);
+    let mask = match masking {
+        Masking::Mask(mask) => Some(mask.as_array()),
+        _ => None,
+    };
+    let masks = match &mask {
+        Some(mask) => {
+            let allowed = mask.broadcast(IxDyn(&scores_shape)).ok_or_else(|| AttentionError::MaskShape {
+                mask: mask.shape().to_vec(),
+                scores: scores_shape.clone(),
+            })?;
+            Some(matrices(allowed))
+        }
+        None => None,
+    };
+    let q3 = q.to_shape((count, l_q, d_k)).expect("leading axes collapse into one");
+    let k3 = k.to_shape((count, l_k, d_k)).expect("leading axes collapse into one");
+    let v3 = v.to_shape((count, l_k, d_v)).expect("leading axes collapse into one");
+    let mut out = Array3::<A>::zeros((count, l_q, d_v));
+
+    // One task per (matrix of the stack, block of queries), each owning its rows of the output.
+    let mut tasks = Vec::with_capacity(count * l_q.div_ceil(tiles.block_q));
+    for (b, mut rest) in out.outer_iter_mut().enumerate() {
+        let mut i0 = 0;
+        while rest.nrows() > 0 {
+            let rows = tiles.block_q.min(rest.nrows());
+            let (block, tail) = rest.split_at(Axis(0), rows);
+            tasks.push((b, i0, block));
+            i0 += tiles.block_q;
+            rest = tail;
+        }
+    }
+    let scale = A::one() / A::from_len(d_k).sqrt();
+    tasks.into_par_iter().for_each_init(
+        || Scratch::new(tiles),
+        |scratch, (b, i0, out_block)| {
+            let rows = i0..i0 + out_block.nrows();
+            let visible = match (&masks, masking) {
+                (Some(m), _) => Visible::Mask(m[b].slice(s![rows.clone(), ..])),
+                (None, Masking::Causal) => Visible::Causal,
+                (None, _) => Visible::All,
+            };
+            let q_block = q3.slice(s![b, rows, ..]);
+            let (k, v) = (k3.index_axis(Axis(0), b), v3.index_axis(Axis(0), b));
+            attend_block(&q_block, &k, &v, visible, i0, scale, tiles.tile_k, out_block, scratch);
+        },
+    );
+
+    let mut shape = lead.to_vec();
+    shape.extend([l_q, d_v]);
+    Ok(out
+        .into_shape_with_order(IxDyn(&shape))
+        .expect("count·L_q·d_v elements")
+        .into_dimensionality::<D>()
+        .expect("same number of axes as the inputs"))
+}
+
+/// The matrices of a `(..., L_q, L_k)` view, leading axes flattened in order.
+fn matrices<T>(a: ArrayViewD<'_, T>) -> Vec<ArrayView2<'_, T>> {
+    if a.ndim() == 2 {
+        vec![a.into_dimensionality().expect("two axes")]
+    } else {
+        (0..a.len_of(Axis(0))).flat_map(|i| matrices(a.clone().index_axis_move(Axis(0), i))).collect()
+    }
+}
+
+/// The keys one query block may see: all, the causal triangle, or its rows of a mask
+/// (`(block rows, L_k)`).
+#[derive(Clone, Copy)]
+enum Visible<'a> {
+    All,
+    Causal,
+    Mask(ArrayView2<'a, bool>),
+}
+
+/// What one thread reuses from task to task: the scores tile and the per-row `m` and `l`.
+struct Scratch<A> {
+    scores: Array2<A>,
+    running: Vec<Running<A>>,
+}
+
+impl<A: Float> Scratch<A> {
+    fn new(tiles: Tiles) -> Self {
+        Scratch { scores: Array2::zeros((tiles.block_q, tiles.tile_k)), running: vec![Running::new(); tiles.block_q] }
+    }
+}
+
+/// One query block against all the keys it may see: `out` receives the block's output rows.
+#[allow(clippy::too_many_arguments)]
+fn attend_block<A: Float>(
+    q: &ArrayRef2<A>,
+    k: &ArrayRef2<A>,
+    v: &ArrayRef2<A>,
+    visible: Visible,
+    i0: usize,
+    scale: A,
+    tile_k: usize,
+    mut out: ArrayViewMut2<A>,
+    scratch: &mut Scratch<A>,
+) {
+    let n_q = q.nrows();
+    // Causal: keys after the block's last query are in every row's future; stop before them.
+    let end = match visible {
+        Visible::Causal => k.nrows().min(i0 + n_q),
+        _ => k.nrows(),
+    };
+    let running = &mut scratch.running[..n_q];
+    running.fill(Running::new());
+    out.fill(A::zero()); // the unnormalised output Σ exp(s − m)·v, built up tile by tile
+    // ANCHOR: tile_loop
+    for j0 in (0..end).step_by(tile_k) {
+        let j1 = (j0 + tile_k).min(end);
+        if let Visible::Mask(allowed) = visible
+            && !allowed.slice(s![.., j0..j1]).iter().any(|&ok| ok)
+        {
+            continue; // a tile no query of the block may see adds nothing
+        }
+        let mut p = scratch.scores.slice_mut(s![..n_q, ..j1 - j0]);
+        // S = Q_blk · K_tileᵀ / √d_k, written into the existing tile buffer.
+        general_mat_mul(scale, q, &k.slice(s![j0..j1, ..]).t(), A::zero(), &mut p);
+        mask_tile(&mut p, visible, i0, j0);
+        for ((mut p_row, run), mut out_row) in p.rows_mut().into_iter().zip(running.iter_mut()).zip(out.rows_mut()) {
+            let tile_max = p_row.fold(A::neg_infinity(), |m, &x| m.max(x));
+            let max = run.max.max(tile_max);
+            if max == A::neg_infinity() {
+                p_row.fill(A::zero()); // nothing visible yet in this row
+                continue;
+            }
+            let rescale = (run.max - max).exp(); // 0 on the first visible tile, 1 if the max held
+            let tile_sum = exp_in_place(p_row.as_slice_mut().expect("a row of the tile buffer"), max); // P = exp(S − m_new)
+            run.sum = run.sum * rescale + tile_sum;
+            run.max = max;
+            if rescale != A::one() {
+                out_row.mapv_inplace(|o| o * rescale); // earlier tiles were summed against the old max
+            }
+        }
+        // O += P · V_tile
+        general_mat_mul(A::one(), &p, &v.slice(s![j0..j1, ..]), A::one(), &mut out);
+    }
+    // ANCHOR_END: tile_loop
+    for (mut out_row, run) in out.rows_mut().into_iter().zip(running.iter()) {
+        if run.sum > A::zero() {
+            out_row.mapv_inplace(|o| o / run.sum); // normalise once, at the end
+        } else {
+            out_row.fill(A::zero()); // a query that sees no key: zero output, as sdpa gives
+        }
+    }
+}
+
+/// Replaces every `s` of `row` by `exp(s − max)` (−∞ becomes 0) and returns their sum.
+///
+/// This is where tiled attention spends half its time, so `f32` gets a fast `exp` that the
+/// compiler can vectorise ([`exp_f32`]); `f64` keeps the standard library's, accurate to the
+/// last bit, so that it matches the plain path within `1e-12`.
+fn exp_in_place<A: Float>(row: &mut [A], max: A) -> A {
+    if TypeId::of::<A>() == TypeId::of::<f32>() {
+        // SAFETY: A is f32 (same TypeId), so the slice has f32's layout.
+        let row = unsafe { &mut *(row as *mut [A] as *mut [f32]) };
+        let sum = exp_in_place_f32(row, max.to_f32().expect("A is f32"));
+        return A::from_f32(sum).expect("A is f32");
+    }
+    let mut sum = A::zero();
+    for s in row.iter_mut() {
+        *s = (*s - max).exp();
+        sum = sum + *s;
+    }
+    sum
+}
+
+/// [`exp_in_place`] for `f32`, compiled for the widest vector unit the processor has
+/// (AVX-512, AVX2 with FMA, or the SSE2 every x86-64 has), chosen at run time.
+fn exp_in_place_f32(row: &mut [f32], max: f32) -> f32 {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if std::arch::is_x86_feature_detected!("avx512f") {
+            // SAFETY: the processor has AVX-512F.
+            return unsafe { exp_in_place_avx512(row, max) };
+        }
+        if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
+            // SAFETY: the processor has AVX2 and FMA.
+            return unsafe { exp_in_place_avx2(row, max) };
+        }
+    }
+    exp_in_place_lanes(row, max)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+fn exp_in_place_avx512(row: &mut [f32], max: f32) -> f32 {
+    exp_in_place_lanes(row, max)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+fn exp_in_place_avx2(row: &mut [f32], max: f32) -> f32 {
+    exp_in_place_lanes(row, max)
+}
+
+/// The loop itself, written so that it vectorises: 16 independent partial sums.
+#[inline(always)]
+fn exp_in_place_lanes(row: &mut [f32], max: f32) -> f32 {
+    const LANES: usize = 16;
+    let mut partial = [0.0_f32; LANES];
+    let mut chunks = row.chunks_exact_mut(LANES);
+    for chunk in &mut chunks {
+        for (s, acc) in chunk.iter_mut().zip(partial.iter_mut()) {
+            *s = exp_f32(*s - max);
+            *acc += *s;
+        }
+    }
+    let mut sum: f32 = partial.iter().sum();
+    for s in chunks.into_remainder() {
+        *s = exp_f32(*s - max);
+        sum += *s;
+    }
+    sum
+}
+
+/// `exp(x)` for `x ≤ 0` in `f32`, branch-free so that loops over it vectorise:
+/// `x = n·ln 2 + r` with `n` the integer nearest `x·log₂e` and `|r| ≤ ½ ln 2` (`r` computed
+/// with `ln 2` split in two parts, so it is exact to `f32` rounding); `2^n` is built in the
+/// exponent bits and `exp(r)` is its Taylor series to degree 7 (truncation error below
+/// `1e-8`). Results below `2^-126`, and `exp(−∞)`, are 0.
+#[inline(always)]
+fn exp_f32(x: f32) -> f32 {
+    const ROUND: f32 = 12_582_912.0; // 1.5·2^23: adding it rounds to an integer in the low mantissa bits
+    const LN2_HI: f32 = 0.693_359_4; // ln 2 = LN2_HI + LN2_LO, LN2_HI with few mantissa bits
+    const LN2_LO: f32 = -2.121_944_4e-4;
+    let t = (x * std::f32::consts::LOG2_E).max(-126.0);
+    let rounded = t + ROUND;
+    let n = rounded - ROUND; // the integer nearest x·log₂e
+    let r = (x.max(-88.0) - n * LN2_HI) - n * LN2_LO;
+    let n_bits = rounded.to_bits().wrapping_sub(ROUND.to_bits()); // n as a two's complement integer
+    let two_n = f32::from_bits(n_bits.wrapping_add(127) << 23);
+    let p = 1.0
+        + r * (1.0
+            + r * (0.5 + r * (1.0 / 6.0 + r * (1.0 / 24.0 + r * (1.0 / 120.0 + r * (1.0 / 720.0 + r / 5040.0))))));
+    if x * std::f32::consts::LOG2_E < -126.0 { 0.0 } else { two_n * p }
+}
+
+// ANCHOR: mask_tile
+/// Sets the blocked scores of one tile (rows = queries from `i0`, columns = keys from `j0`)
+/// to −∞.
+fn mask_tile<A: Float>(p: &mut ArrayRef2<A>, visible: Visible, i0: usize, j0: usize) {
+    match visible {
+        Visible::All => {}
+        Visible::Causal => {
+            for (r, mut row) in p.rows_mut().into_iter().enumerate() {
+                let first_future = (i0 + r + 1).saturating_sub(j0); // key j > query i is blocked
+                if first_future < row.len() {
+                    row.slice_mut(s![first_future..]).fill(A::neg_infinity());
+                }
+            }
+        }
+        Visible::Mask(allowed) => {
+            let allowed = allowed.slice(s![.., j0..j0 + p.ncols()]);
+            Zip::from(p).and(&allowed).for_each(|s, &ok| {
+                if !ok {
+                    *s = A::neg_infinity();
+                }
+            });
+        }
+    }
+}
+// ANCHOR_END: mask_tile
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exp_f32_is_close_to_the_standard_exp() {
+        for i in 0..=200_000 {
+            let x = -(i as f32) * 1e-3 * (1.0 + i as f32 * 1e-5); // 0 down to about −400
+            let (fast, std) = (exp_f32(x), x.exp());
+            let err = (fast - std).abs();
+            assert!(err <= 3e-7 * std + 1e-37, "exp({x}) = {std} but exp_f32 gives {fast}");
+        }
+        assert_eq!(exp_f32(0.0), 1.0);
+        assert_eq!(exp_f32(f32::NEG_INFINITY), 0.0);
+    }
+
+    #[test]
+    fn exp_in_place_sums_what_it_writes() {
+        let mut row = [0.0_f32, -1.0, f32::NEG_INFINITY];
+        let sum = exp_in_place(&mut row, 0.0);
+        assert_eq!(row[2], 0.0);
+        assert!((sum - (1.0 + (-1.0_f32).exp())).abs() < 1e-6);
+        let mut row64 = [1.0_f64, f64::NEG_INFINITY];
+        assert_eq!(exp_in_place(&mut row64, 1.0), 1.0);
+        assert_eq!(row64, [1.0, 0.0]);
+    }
+}
