@@ -14,6 +14,7 @@ use std::sync::OnceLock;
 use ab_glyph::{Font as _, FontRef, PxScale, ScaleFont, point};
 use plotters::prelude::*;
 
+use crate::color::INK;
 use crate::error::{FigureError, Result};
 
 static REGULAR: &[u8] = include_bytes!("../fonts/DejaVuSans.ttf");
@@ -140,87 +141,111 @@ pub(crate) fn draw_err<E: std::error::Error + Send + Sync>(
     FigureError::Draw(e.to_string())
 }
 
-/// Draws one line of text. `(x, y)` is the anchor; `up` rotates the text to read bottom to top
-/// (then `align` runs along the vertical and `baseline` across it, with "top" facing left).
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn text(
-    area: &Area,
-    s: &str,
-    (x, y): (i32, i32),
+/// How a line of text is set: font, colour, alignment and direction. Start from
+/// [`Font::pen`] (ink colour, left-aligned, top of the line at the anchor, horizontal).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Pen {
     font: Font,
     color: RGBColor,
     align: Align,
     baseline: Baseline,
     up: bool,
-) -> Result<()> {
-    if s.is_empty() {
-        return Ok(());
-    }
-    let face = face(font.bold)?;
-    let scaled = face.as_scaled(PxScale::from(font.px));
-    let (glyphs, advance) = font.layout(s)?;
-    let start = match align {
-        Align::Start => 0.0,
-        Align::Center => -advance / 2.0,
-        Align::End => -advance,
-    }
-    .round();
-    // Baseline position, measured from the anchor across the text.
-    let base = match baseline {
-        Baseline::Top => scaled.ascent(),
-        Baseline::Middle => {
-            let cap = face.glyph_id('H').with_scale(font.px);
-            face.outline_glyph(cap)
-                .map_or(scaled.ascent() * 0.9, |o| -o.px_bounds().min.y)
-                / 2.0
-        }
-    }
-    .round();
-    for (id, gx) in glyphs {
-        let glyph = id.with_scale_and_position(font.px, point(gx + start, base));
-        let Some(outline) = face.outline_glyph(glyph) else {
-            continue;
-        };
-        let b = outline.px_bounds();
-        let mut result = Ok(());
-        outline.draw(|px, py, coverage| {
-            // (u, v): position in the unrotated line, relative to the anchor.
-            let (u, v) = (b.min.x as i32 + px as i32, b.min.y as i32 + py as i32);
-            let at = if up { (x + v, y - u) } else { (x + u, y + v) };
-            if result.is_ok() && coverage > 0.0 {
-                result = area
-                    .draw_pixel(at, &color.mix(coverage.min(1.0) as f64))
-                    .map_err(draw_err);
-            }
-        });
-        result?;
-    }
-    Ok(())
 }
 
-/// Draws several lines (split on `\n`), the first line's top at `y`, each aligned on x.
-pub(crate) fn text_block(
-    area: &Area,
-    s: &str,
-    (x, y): (i32, i32),
-    font: Font,
-    color: RGBColor,
-    align: Align,
-) -> Result<()> {
-    for (i, line) in s.lines().enumerate() {
-        let top = y + (font.px * 1.15 * i as f32).round() as i32;
-        text(
-            area,
-            line,
-            (x, top),
+impl Font {
+    pub const fn pen(self) -> Pen {
+        Pen {
+            font: self,
+            color: INK,
+            align: Align::Start,
+            baseline: Baseline::Top,
+            up: false,
+        }
+    }
+}
+
+impl Pen {
+    pub const fn color(mut self, color: RGBColor) -> Self {
+        self.color = color;
+        self
+    }
+    pub const fn align(mut self, align: Align) -> Self {
+        self.align = align;
+        self
+    }
+    /// Centre capitals and digits on the anchor's y (instead of hanging the line from it).
+    pub const fn middle(mut self) -> Self {
+        self.baseline = Baseline::Middle;
+        self
+    }
+    /// Read bottom to top: `align` then runs along the vertical and the line's top faces left.
+    pub const fn up(mut self) -> Self {
+        self.up = true;
+        self
+    }
+
+    /// Draws several lines (split on `\n`), the first one at the anchor, each below the last.
+    pub fn draw_block(self, area: &Area, s: &str, (x, y): (i32, i32)) -> Result<()> {
+        for (i, line) in s.lines().enumerate() {
+            let top = y + (self.font.px * 1.15 * i as f32).round() as i32;
+            self.draw(area, line, (x, top))?;
+        }
+        Ok(())
+    }
+
+    /// Draws one line of text at the anchor `(x, y)`.
+    pub fn draw(self, area: &Area, s: &str, (x, y): (i32, i32)) -> Result<()> {
+        let Pen {
             font,
             color,
             align,
-            Baseline::Top,
-            false,
-        )?;
+            baseline,
+            up,
+        } = self;
+        if s.is_empty() {
+            return Ok(());
+        }
+        let face = face(font.bold)?;
+        let scaled = face.as_scaled(PxScale::from(font.px));
+        let (glyphs, advance) = font.layout(s)?;
+        let start = match align {
+            Align::Start => 0.0,
+            Align::Center => -advance / 2.0,
+            Align::End => -advance,
+        }
+        .round();
+        // Baseline position, measured from the anchor across the text.
+        let base = match baseline {
+            Baseline::Top => scaled.ascent(),
+            Baseline::Middle => {
+                let cap = face.glyph_id('H').with_scale(font.px);
+                face.outline_glyph(cap)
+                    .map_or(scaled.ascent() * 0.9, |o| -o.px_bounds().min.y)
+                    / 2.0
+            }
+        }
+        .round();
+        for (id, gx) in glyphs {
+            let glyph = id.with_scale_and_position(font.px, point(gx + start, base));
+            let Some(outline) = face.outline_glyph(glyph) else {
+                continue;
+            };
+            let b = outline.px_bounds();
+            let mut result = Ok(());
+            outline.draw(|px, py, coverage| {
+                // (u, v): position in the unrotated line, relative to the anchor.
+                let (u, v) = (b.min.x as i32 + px as i32, b.min.y as i32 + py as i32);
+                let at = if up { (x + v, y - u) } else { (x + u, y + v) };
+                if result.is_ok() && coverage > 0.0 {
+                    result = area
+                        .draw_pixel(at, &color.mix(coverage.min(1.0) as f64))
+                        .map_err(draw_err);
+                }
+            });
+            result?;
+        }
+        Ok(())
     }
-    Ok(())
 }
 
 /// A filled rectangle covering the pixels `x0..x1`, `y0..y1`.
@@ -405,6 +430,7 @@ impl Shapes {
 
 /// Points on the unit circle every 15°, as constants: `cos`/`sin` come from the platform's
 /// maths library and may differ in the last bit between systems, which would change pixels.
+#[allow(clippy::approx_constant)] // table values, kept exactly as computed
 const UNIT_CIRCLE: [(f64, f64); 24] = [
     (1.0, 0.0),
     (0.9659258262890683, 0.25881904510252074),

@@ -5,8 +5,8 @@ use std::path::{Path, PathBuf};
 
 use ndarray::{Array2, ArrayBase, Data, Ix2};
 
-use crate::canvas::{self, AXIS, Align, Area, Baseline, Font, GAP, LABEL, MARGIN, TICK, TITLE};
-use crate::color::{self, ColorScheme, INK, MASK_FILL, MASK_HATCH, MUTED, Scale, ValueRange};
+use crate::canvas::{self, AXIS, Align, Area, Font, GAP, LABEL, MARGIN, TICK, TITLE};
+use crate::color::{self, ColorScheme, MASK_FILL, MASK_HATCH, MUTED, Scale, ValueRange};
 use crate::error::{FigureError, Result};
 use crate::ticks::{format_value, labelled_linear_ticks};
 
@@ -963,7 +963,10 @@ fn render(
             // Centred over the matrices, moved in if it would leave the image.
             let cx = (grid_left + l.row_label_w + GAP + grid_right) / 2;
             let cx = cx.clamp(MARGIN + title_w / 2, width - MARGIN - title_w / 2);
-            canvas::text_block(area, t, (cx, MARGIN), TITLE, INK, Align::Center)?;
+            TITLE
+                .pen()
+                .align(Align::Center)
+                .draw_block(area, t, (cx, MARGIN))?;
         }
         for (i, p) in panels.iter().enumerate() {
             let (gr, gc) = (i / l.columns, i % l.columns);
@@ -972,31 +975,18 @@ fn render(
             draw_panel(area, p, style, &l, &scale, (mx, my))?;
             if gc == 0 && !style.row_title.is_empty() {
                 let cy = my + p.data.nrows() as i32 * l.cell / 2;
-                canvas::text(
-                    area,
-                    &style.row_title,
-                    (MARGIN, cy),
-                    AXIS,
-                    INK,
-                    Align::Center,
-                    Baseline::Top,
-                    true,
-                )?;
+                AXIS.pen()
+                    .align(Align::Center)
+                    .up()
+                    .draw(area, &style.row_title, (MARGIN, cy))?;
             }
             let bottom_of_column = i + l.columns >= panels.len();
             if bottom_of_column && !style.col_title.is_empty() {
                 let cx = mx + p.data.ncols() as i32 * l.cell / 2;
                 let y = my + p.data.nrows() as i32 * l.cell + l.col_label_h + GAP / 2;
-                canvas::text(
-                    area,
-                    &style.col_title,
-                    (cx, y),
-                    AXIS,
-                    INK,
-                    Align::Center,
-                    Baseline::Top,
-                    false,
-                )?;
+                AXIS.pen()
+                    .align(Align::Center)
+                    .draw(area, &style.col_title, (cx, y))?;
             }
         }
         draw_colorbar(area, style, &scale, (bar_x, bar_top), bar_h)?;
@@ -1004,16 +994,10 @@ fn render(
             let y = bar_top + bar_h + 14;
             hatch(area, (bar_x, y), (bar_x + BAR_W, y + BAR_W))?;
             canvas::outline(area, (bar_x, y), (bar_x + BAR_W, y + BAR_W), MUTED)?;
-            canvas::text(
-                area,
-                "masked",
-                (bar_x + BAR_W + GAP, y + BAR_W / 2),
-                LABEL,
-                INK,
-                Align::Start,
-                Baseline::Middle,
-                false,
-            )?;
+            LABEL
+                .pen()
+                .middle()
+                .draw(area, "masked", (bar_x + BAR_W + GAP, y + BAR_W / 2))?;
         }
         Ok(())
     })
@@ -1045,14 +1029,10 @@ fn draw_panel(
     let sep = i32::from(cell >= 20);
     if let Some(t) = &p.title {
         let cx = mx + cols as i32 * cell / 2;
-        canvas::text_block(
-            area,
-            t,
-            (cx, my - l.panel_title_h),
-            PANEL_TITLE,
-            INK,
-            Align::Center,
-        )?;
+        PANEL_TITLE
+            .pen()
+            .align(Align::Center)
+            .draw_block(area, t, (cx, my - l.panel_title_h))?;
     }
     for ((r, c), &v) in p.data.indexed_iter() {
         let x0 = mx + c as i32 * cell;
@@ -1062,16 +1042,11 @@ fn draw_panel(
             hatch(area, (x0, y0), (x1, y1))?;
             if l.annotate {
                 let center = ((x0 + x1) / 2, (y0 + y1) / 2);
-                canvas::text(
-                    area,
-                    &style.mask_mark,
-                    center,
-                    VALUE,
-                    INK,
-                    Align::Center,
-                    Baseline::Middle,
-                    false,
-                )?;
+                VALUE
+                    .pen()
+                    .align(Align::Center)
+                    .middle()
+                    .draw(area, &style.mask_mark, center)?;
             }
         } else {
             let bg = scale.color(v);
@@ -1079,58 +1054,39 @@ fn draw_panel(
             if l.annotate {
                 let center = ((x0 + x1) / 2, (y0 + y1) / 2);
                 let s = format_value(v, style.precision);
-                canvas::text(
-                    area,
-                    &s,
-                    center,
-                    VALUE,
-                    color::text_on(bg),
-                    Align::Center,
-                    Baseline::Middle,
-                    false,
-                )?;
+                VALUE
+                    .pen()
+                    .color(color::text_on(bg))
+                    .align(Align::Center)
+                    .middle()
+                    .draw(area, &s, center)?;
             }
         }
     }
     for r in (0..rows).step_by(l.row_step) {
         let cy = my + r as i32 * cell + cell / 2;
-        canvas::text(
-            area,
-            &p.row_label(r),
-            (mx - GAP, cy),
-            LABEL,
-            INK,
-            Align::End,
-            Baseline::Middle,
-            false,
-        )?;
+        LABEL
+            .pen()
+            .align(Align::End)
+            .middle()
+            .draw(area, &p.row_label(r), (mx - GAP, cy))?;
     }
     let below = my + rows as i32 * cell + 6;
     for c in (0..cols).step_by(l.col_step) {
         let cx = mx + c as i32 * cell + cell / 2;
         let label = p.col_label(c);
         if l.rotate_cols {
-            canvas::text(
-                area,
-                &label,
-                (cx, below),
-                LABEL,
-                INK,
-                Align::End,
-                Baseline::Middle,
-                true,
-            )?;
+            LABEL
+                .pen()
+                .align(Align::End)
+                .middle()
+                .up()
+                .draw(area, &label, (cx, below))?;
         } else {
-            canvas::text(
-                area,
-                &label,
-                (cx, below),
-                LABEL,
-                INK,
-                Align::Center,
-                Baseline::Top,
-                false,
-            )?;
+            LABEL
+                .pen()
+                .align(Align::Center)
+                .draw(area, &label, (cx, below))?;
         }
     }
     Ok(())
@@ -1168,28 +1124,17 @@ fn draw_colorbar(
         let y = top
             + ((1.0 - (t - scale.low) / (scale.high - scale.low)) * (h - 1) as f64).round() as i32;
         canvas::fill(area, (x + BAR_W, y), (x + BAR_W + TICK, y + 1), MUTED)?;
-        canvas::text(
-            area,
-            &s,
-            (x + BAR_W + TICK + 4, y),
-            LABEL,
-            INK,
-            Align::Start,
-            Baseline::Middle,
-            false,
-        )?;
+        LABEL
+            .pen()
+            .middle()
+            .draw(area, &s, (x + BAR_W + TICK + 4, y))?;
         label_x = label_x.max(x + BAR_W + TICK + 4 + LABEL.width(&s));
     }
     if !style.colorbar_label.is_empty() {
-        canvas::text(
+        AXIS.pen().align(Align::Center).up().draw(
             area,
             &style.colorbar_label,
             (label_x + 10, top + h / 2),
-            AXIS,
-            INK,
-            Align::Center,
-            Baseline::Top,
-            true,
         )?;
     }
     Ok(())

@@ -2,8 +2,8 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::canvas::{self, AXIS, Align, Baseline, GAP, LABEL, MARGIN, Shapes, TICK, TITLE};
-use crate::color::{GRID, INK, MUTED, series_color};
+use crate::canvas::{self, AXIS, Align, GAP, LABEL, MARGIN, Shapes, TICK, TITLE};
+use crate::color::{GRID, MUTED, series_color};
 use crate::error::{FigureError, Result};
 use crate::ticks::{format_tick, labelled_linear_ticks, log_ticks};
 
@@ -391,70 +391,46 @@ impl LineChart {
 
         canvas::render_png(width as u32, height as u32, |area| {
             if let Some(t) = &self.title {
-                canvas::text_block(
+                TITLE.pen().align(Align::Center).draw_block(
                     area,
                     t,
                     ((left + right) / 2, MARGIN),
-                    TITLE,
-                    INK,
-                    Align::Center,
                 )?;
             }
             for (v, s) in &x_ticks {
                 let x = px(*v);
                 canvas::fill(area, (x, top), (x + 1, bottom), GRID)?;
                 canvas::fill(area, (x, bottom), (x + 1, bottom + TICK), MUTED)?;
-                canvas::text(
-                    area,
-                    s,
-                    (x, bottom + TICK + 4),
-                    LABEL,
-                    INK,
-                    Align::Center,
-                    Baseline::Top,
-                    false,
-                )?;
+                LABEL
+                    .pen()
+                    .align(Align::Center)
+                    .draw(area, s, (x, bottom + TICK + 4))?;
             }
             for (v, s) in &y_ticks {
                 let y = py(*v);
                 canvas::fill(area, (left, y), (right, y + 1), GRID)?;
                 canvas::fill(area, (left - TICK, y), (left, y + 1), MUTED)?;
-                canvas::text(
-                    area,
-                    s,
-                    (left - TICK - 4, y),
-                    LABEL,
-                    INK,
-                    Align::End,
-                    Baseline::Middle,
-                    false,
-                )?;
+                LABEL
+                    .pen()
+                    .align(Align::End)
+                    .middle()
+                    .draw(area, s, (left - TICK - 4, y))?;
             }
             canvas::fill(area, (left, top), (left + 1, bottom + 1), MUTED)?;
             canvas::fill(area, (left, bottom), (right + 1, bottom + 1), MUTED)?;
             if !self.y_label.is_empty() {
-                canvas::text(
+                AXIS.pen().align(Align::Center).up().draw(
                     area,
                     &self.y_label,
                     (MARGIN, (top + bottom) / 2),
-                    AXIS,
-                    INK,
-                    Align::Center,
-                    Baseline::Top,
-                    true,
                 )?;
             }
             let x_label_y = bottom + TICK + 4 + LABEL.line_height() + GAP;
             if !self.x_label.is_empty() {
-                canvas::text(
+                AXIS.pen().align(Align::Center).draw(
                     area,
                     &self.x_label,
                     ((left + right) / 2, x_label_y),
-                    AXIS,
-                    INK,
-                    Align::Center,
-                    Baseline::Top,
-                    false,
                 )?;
             }
             // Lines and markers, clipped to the plot rectangle with room for half a marker
@@ -484,16 +460,10 @@ impl LineChart {
                         marker(&mut shapes, i, (fx + 14.0, fy));
                     }
                     shapes.draw(area, series_color(i), (0, 0), (width, height))?;
-                    canvas::text(
-                        area,
-                        &self.series[i].name,
-                        (x + 36, cy),
-                        LABEL,
-                        INK,
-                        Align::Start,
-                        Baseline::Middle,
-                        false,
-                    )?;
+                    LABEL
+                        .pen()
+                        .middle()
+                        .draw(area, &self.series[i].name, (x + 36, cy))?;
                     x += self.legend_entry_w(i);
                 }
                 y += LABEL.line_height() + 6;
