@@ -6,9 +6,13 @@
 //! ```
 //!
 //! Prints the numbers the chapter quotes (the same text goes to `ch07_output.txt`) and draws
-//! `ch07_masked_scores.png` and `ch07_cross_attention.png`.
+//! `ch07_masked_scores.png`, `ch07_cross_attention.png` and, by running the reader tool
+//! `multihead` on one of the PyTorch fixtures, `ch07_multihead_tool.png`.
 
 mod common;
+#[allow(dead_code)] // the tools' module has more than this example uses
+#[path = "reader_tools/mod.rs"]
+mod reader_tools;
 
 use std::error::Error;
 use std::fmt::Write;
@@ -22,7 +26,8 @@ use attention::sdpa::sdpa;
 use attention::self_attention::SelfAttention;
 use attention::softmax::softmax;
 use figures::{ColorScheme, Heatmap, ValueRange};
-use ndarray::{Array2, arr2};
+use ndarray::{Array2, ArrayD, arr2};
+use ndarray_npy::read_npy;
 use rand::{SeedableRng, rngs::StdRng};
 
 /// Notebook 004's tokens.
@@ -31,6 +36,30 @@ const TOKENS: [&str; 4] = ["my", "name", "is", "Aj"];
 /// The cross-attention example: a German decoder sentence attending to an English encoder one.
 const SOURCE: &str = "the cat sat on the mat";
 const TARGET: &str = "die Katze saß";
+
+/// The PyTorch fixture the "check your own model" section runs the `multihead` tool on: an
+/// `nn.MultiheadAttention(12, 3, bias=False)` with a causal mask, its weights exported as `.npy`.
+const FIXTURE: &str = "tests/fixtures/mha/f64_d12_h3_L6_causal";
+
+/// Runs the `multihead` tool on [`FIXTURE`] (writing `out.npy` into `work`, and the heatmap
+/// to `png` if given) and returns the largest difference from PyTorch's output.
+fn run_multihead_tool(work: &Path, png: Option<&Path>) -> Result<f64, Box<dyn Error>> {
+    let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join(FIXTURE);
+    let file = |name: &str| fixture.join(name).display().to_string();
+    let out = work.join("out.npy").display().to_string();
+    let mut args = vec!["--x".to_string(), file("x_q.npy")];
+    for (flag, name) in [("--wq", "w_q"), ("--wk", "w_k"), ("--wv", "w_v"), ("--wo", "w_o")] {
+        args.extend([flag.to_string(), file(&format!("{name}.npy"))]);
+    }
+    args.extend(["--heads", "3", "--mask", "causal", "--out", &out].map(String::from));
+    if let Some(png) = png {
+        args.extend(["--png".to_string(), png.display().to_string()]);
+    }
+    reader_tools::multihead::run(&args)?;
+    let ours: ArrayD<f64> = read_npy(&out)?;
+    let torch: ArrayD<f64> = read_npy(fixture.join("out.npy"))?;
+    Ok((ours - torch).iter().fold(0.0, |m: f64, d| m.max(d.abs())))
+}
 
 /// Notebook 004's scaled scores with the causal mask applied: what goes into softmax.
 fn masked_scores() -> Result<Array2<f64>, Box<dyn Error>> {
@@ -75,13 +104,19 @@ fn report() -> Result<String, Box<dyn Error>> {
     writeln!(out, "The same through one call, sdpa(q, k, v, mask):")?;
     writeln!(out, "  decoder (causal) output row 0: {:.8}", decoder.output.row(0))?;
     writeln!(out, "  encoder (no mask) output row 0: {:.8}", encoder.output.row(0))?;
-    writeln!(out, "  rows 0..=2 differ, row 3 is the same: {:.1e}\n", (&decoder.output.row(3) - &encoder.output.row(3)).mapv(f64::abs).sum())?;
+    let same = (&decoder.output.row(3) - &encoder.output.row(3)).iter().all(|d| d.abs() < 1e-12);
+    writeln!(out, "  the last row, which sees every token either way, is the same: {same}\n")?;
 
     let (target, _, cross) = cross_weights()?;
     writeln!(out, "Cross-attention, queries \"{TARGET}\" over keys \"{SOURCE}\": weights {:?}", cross.shape())?;
     for (i, word) in target.iter().enumerate() {
         writeln!(out, "  {word:>5}: {:.4}", cross.row(i))?;
     }
+
+    let work = tempfile::tempdir()?;
+    let diff = run_multihead_tool(work.path(), None)?;
+    writeln!(out, "\nThe multihead tool on {FIXTURE}:")?;
+    writeln!(out, "  output within 1e-12 of PyTorch's: {}", diff < 1e-12)?;
     Ok(out)
 }
 
@@ -107,9 +142,12 @@ pub fn render_figures(out_dir: &Path) -> Result<Vec<PathBuf>, Box<dyn Error>> {
         .colorbar_label("attention weight")
         .save(&cross_png)?;
 
+    let tool_png = out_dir.join("ch07_multihead_tool.png");
+    run_multihead_tool(tempfile::tempdir()?.path(), Some(&tool_png))?;
+
     let text = out_dir.join("ch07_output.txt");
     std::fs::write(&text, report()?)?;
-    Ok(vec![scores_png, cross_png, text])
+    Ok(vec![scores_png, cross_png, tool_png, text])
 }
 
 fn main() -> Result<(), Box<dyn Error>> {
