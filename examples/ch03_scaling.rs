@@ -91,59 +91,51 @@ fn report(runs: &[ScalingMeasurement]) -> Result<String, Box<dyn Error>> {
     Ok(out)
 }
 
-/// A line chart against `d_k` (log2 axis) with one series per (name, value) pair.
-fn chart(title: &str, y_label: &str, series: &[(&str, fn(&ScalingMeasurement) -> f64)], runs: &[ScalingMeasurement]) -> LineChart {
-    let mut chart = LineChart::new().title(title).x_label("d_k (width of queries and keys)").y_label(y_label).x_axis(Axis::Log2);
-    for &(name, value) in series {
-        chart = chart.series(name, runs.iter().map(|m| (m.d_k as f64, value(m))));
-    }
-    chart
+/// A line chart against `d_k` (log2 axis) of one quantity, raw and scaled: `value` gives both.
+fn chart(title: &str, y_label: &str, runs: &[ScalingMeasurement], value: impl Fn(&ScalingMeasurement) -> (f64, f64)) -> LineChart {
+    let points = |pick: fn((f64, f64)) -> f64| runs.iter().map(|m| (m.d_k as f64, pick(value(m)))).collect::<Vec<_>>();
+    LineChart::new()
+        .title(title)
+        .x_label("d_k (width of queries and keys)")
+        .y_label(y_label)
+        .x_axis(Axis::Log2)
+        .series("raw q·k", points(|(raw, _)| raw))
+        .series("scaled q·k / √d_k", points(|(_, scaled)| scaled))
 }
 
 /// Draws this chapter's figures into `out_dir` and writes the report; returns the files written.
 pub fn render_figures(out_dir: &Path) -> Result<Vec<PathBuf>, Box<dyn Error>> {
     let runs = experiment();
-    let raw = "raw q·k";
-    let scaled = "scaled q·k / √d_k";
+    let mut written = Vec::new();
 
     let variance_png = out_dir.join("ch03_variance.png");
-    chart("Variance of a score", "variance", &[(raw, |m| m.raw_variance), (scaled, |m| m.scaled_variance)], &runs)
+    chart("Variance of a score", "variance", &runs, |m| (m.raw_variance, m.scaled_variance))
         .y_axis(Axis::Log2)
         .save(&variance_png)?;
+    written.push(variance_png);
 
-    let max_png = out_dir.join("ch03_max_weight.png");
-    chart(
-        &format!("Largest softmax weight in a row of {L}"),
-        "mean largest weight",
-        &[(raw, |m| m.raw.max_weight), (scaled, |m| m.scaled.max_weight)],
-        &runs,
-    )
-    .y_range(0.0, 1.0)
-    .save(&max_png)?;
-
-    let entropy_png = out_dir.join("ch03_entropy.png");
-    chart(
-        &format!("Entropy of a row of {L} weights (uniform: ln {L} = {:.2})", (L as f64).ln()),
-        "mean entropy (nats)",
-        &[(raw, |m| m.raw.entropy), (scaled, |m| m.scaled.entropy)],
-        &runs,
-    )
-    .y_range(0.0, 3.0)
-    .save(&entropy_png)?;
-
-    let jacobian_png = out_dir.join("ch03_jacobian.png");
-    chart(
-        "Size of softmax's Jacobian, ‖diag(p) − p·pᵀ‖",
-        "mean Frobenius norm",
-        &[(raw, |m| m.raw.jacobian_norm), (scaled, |m| m.scaled.jacobian_norm)],
-        &runs,
-    )
-    .y_range(0.0, 0.5)
-    .save(&jacobian_png)?;
+    // The softmax statistics: (file, title, y label, top of the y axis, the statistic).
+    let softmax_charts: [(&str, String, &str, f64, fn(&RowStats) -> f64); 3] = [
+        ("ch03_max_weight.png", format!("Largest softmax weight in a row of {L}"), "mean largest weight", 1.0, |s| s.max_weight),
+        (
+            "ch03_entropy.png",
+            format!("Entropy of a row of {L} weights (uniform: ln {L} = {:.2})", (L as f64).ln()),
+            "mean entropy (nats)",
+            3.0,
+            |s| s.entropy,
+        ),
+        ("ch03_jacobian.png", "Size of softmax's Jacobian, ‖diag(p) − p·pᵀ‖".into(), "mean Frobenius norm", 0.5, |s| s.jacobian_norm),
+    ];
+    for (file, title, y_label, top, stat) in softmax_charts {
+        let path = out_dir.join(file);
+        chart(&title, y_label, &runs, |m| (stat(&m.raw), stat(&m.scaled))).y_range(0.0, top).save(&path)?;
+        written.push(path);
+    }
 
     let text = out_dir.join("ch03_output.txt");
     std::fs::write(&text, report(&runs)?)?;
-    Ok(vec![variance_png, max_png, entropy_png, jacobian_png, text])
+    written.push(text);
+    Ok(written)
 }
 
 fn main() -> Result<(), Box<dyn Error>> {
