@@ -63,7 +63,7 @@ impl ValueRange {
                 if !(low.is_finite() && high.is_finite() && low < high) {
                     return Err(FigureError::BadRange { low, high });
                 }
-                return Ok((low, high));
+                (low, high)
             }
             ValueRange::Auto => {
                 let (lo, hi) = values.fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), v| {
@@ -79,7 +79,13 @@ impl ValueRange {
                 }
             }
         };
-        if low < high {
+        if !(high - low).is_finite() {
+            Err(FigureError::TooWide {
+                what: "matrix values",
+                low,
+                high,
+            })
+        } else if low < high {
             Ok((low, high))
         } else if low == 0.0 {
             // An all-zero matrix.

@@ -76,6 +76,16 @@ pub enum FigureError {
         /// The upper bound given.
         high: f64,
     },
+    /// Values spread so far apart (near ±1.8e308) that their difference overflows.
+    #[error("the {what} span [{low}, {high}], too wide to draw: their difference overflows f64")]
+    TooWide {
+        /// Which values ("x values", "y values", "matrix values").
+        what: &'static str,
+        /// The smallest value.
+        low: f64,
+        /// The largest value.
+        high: f64,
+    },
     /// A grid with no panels, a line chart with no series, or a series with no points.
     #[error("{0}")]
     Nothing(String),

@@ -341,6 +341,11 @@ impl LineChart {
             }
             ys = (low, high);
         }
+        for (what, (low, high)) in [("x values", xs), ("y values", ys)] {
+            if !(high - low).is_finite() {
+                return Err(FigureError::TooWide { what, low, high });
+            }
+        }
         Ok((xs, ys))
     }
 
@@ -353,6 +358,14 @@ impl LineChart {
     /// ```
     pub fn to_png(&self) -> Result<Vec<u8>> {
         let ((x_lo, x_hi), (y_lo, y_hi)) = self.extents()?;
+        let (w, h) = self.size;
+        if w > canvas::MAX_SIDE || h > canvas::MAX_SIDE {
+            return Err(FigureError::TooLarge {
+                width: w,
+                height: h,
+                limit: canvas::MAX_SIDE,
+            });
+        }
         let (tx0, tx1) = self.x_axis.span(x_lo, x_hi, 0.03);
         let y_pad = if self.y_range.is_some() { 0.0 } else { 0.05 };
         let (ty0, ty1) = self.y_axis.span(y_lo, y_hi, y_pad);

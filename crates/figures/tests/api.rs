@@ -323,6 +323,13 @@ fn line_charts_check_their_points() {
 
 #[test]
 fn huge_figures_are_refused_not_allocated() {
+    let chart = LineChart::new()
+        .size(u32::MAX, 300)
+        .series("s", [(1.0, 1.0)]);
+    assert!(matches!(
+        chart.to_png().unwrap_err(),
+        FigureError::TooLarge { .. }
+    ));
     let tall = Array2::<f64>::zeros((5000, 1));
     let err = Heatmap::new(&tall).to_png().unwrap_err();
     assert!(matches!(err, FigureError::TooLarge { .. }), "{err}");
@@ -378,4 +385,45 @@ fn odd_inputs_do_not_panic() {
         .series("", [(1e-300, 1e300), (1e300, 1e-300)])
         .to_png();
     assert!(extreme.is_ok(), "{extreme:?}");
+}
+
+#[test]
+fn values_near_the_largest_float_do_not_panic() {
+    for scheme in [ColorScheme::Sequential, ColorScheme::Diverging] {
+        let m = array![[1.7e308, -1.7e308], [0.0, 1.0]];
+        let result = Heatmap::new(&m).scheme(scheme).to_png();
+        assert!(
+            matches!(result, Err(FigureError::TooWide { .. })),
+            "{result:?}"
+        );
+        let fixed = Heatmap::new(&m)
+            .range(ValueRange::Fixed(-f64::MAX, f64::MAX))
+            .to_png();
+        assert!(
+            matches!(fixed, Err(FigureError::TooWide { .. })),
+            "{fixed:?}"
+        );
+        let narrow = Heatmap::new(&m).range(ValueRange::Fixed(0.0, 1.0)).to_png();
+        assert!(
+            narrow.is_ok(),
+            "values outside a fixed range are clamped: {narrow:?}"
+        );
+    }
+}
+
+#[test]
+fn chart_points_near_the_largest_float_do_not_panic() {
+    let result = LineChart::new()
+        .series("s", [(-1.7e308, -1.7e308), (1.7e308, 1.7e308)])
+        .to_png();
+    assert!(
+        matches!(
+            result,
+            Err(FigureError::TooWide {
+                what: "x values",
+                ..
+            })
+        ),
+        "{result:?}"
+    );
 }
