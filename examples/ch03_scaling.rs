@@ -91,6 +91,9 @@ fn report(runs: &[ScalingMeasurement]) -> Result<String, Box<dyn Error>> {
     Ok(out)
 }
 
+/// One chart of a softmax statistic: (file, title, y label, top of the y axis, the statistic).
+type SoftmaxChart = (&'static str, String, &'static str, f64, fn(&RowStats) -> f64);
+
 /// A line chart against `d_k` (log2 axis) of one quantity, raw and scaled: `value` gives both.
 fn chart(title: &str, y_label: &str, runs: &[ScalingMeasurement], value: impl Fn(&ScalingMeasurement) -> (f64, f64)) -> LineChart {
     let points = |pick: fn((f64, f64)) -> f64| runs.iter().map(|m| (m.d_k as f64, pick(value(m)))).collect::<Vec<_>>();
@@ -114,8 +117,7 @@ pub fn render_figures(out_dir: &Path) -> Result<Vec<PathBuf>, Box<dyn Error>> {
         .save(&variance_png)?;
     written.push(variance_png);
 
-    // The softmax statistics: (file, title, y label, top of the y axis, the statistic).
-    let softmax_charts: [(&str, String, &str, f64, fn(&RowStats) -> f64); 3] = [
+    let softmax_charts: [SoftmaxChart; 3] = [
         ("ch03_max_weight.png", format!("Largest softmax weight in a row of {L}"), "mean largest weight", 1.0, |s| s.max_weight),
         (
             "ch03_entropy.png",
