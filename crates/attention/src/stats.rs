@@ -24,7 +24,6 @@ use crate::float::Float;
 use crate::scores::{scale, scores, variance};
 use crate::softmax::softmax;
 
-// ANCHOR: entropy
 /// The entropy of a row of weights, `−Σ pᵢ·ln pᵢ`, in nats (a weight of 0 adds nothing).
 ///
 /// It is `ln n` for `n` equal weights and 0 when one weight is 1.
@@ -36,12 +35,12 @@ use crate::softmax::softmax;
 /// assert!((entropy(&array![0.25, 0.25, 0.25, 0.25]) - 4f64.ln()).abs() < 1e-12);
 /// assert_eq!(entropy(&array![0.0, 1.0, 0.0]), 0.0);
 /// ```
+// ANCHOR: entropy
 pub fn entropy<A: Float>(p: &ArrayRef1<A>) -> A {
     p.iter().filter(|&&w| w > A::zero()).map(|&w| -w * w.ln()).sum()
 }
 // ANCHOR_END: entropy
 
-// ANCHOR: softmax_jacobian
 /// The Jacobian of softmax at the weights `p = softmax(s)`: `J = diag(p) − p·pᵀ`, `(n, n)`,
 /// where `J[i][j] = ∂pᵢ/∂sⱼ`.
 ///
@@ -54,6 +53,7 @@ pub fn entropy<A: Float>(p: &ArrayRef1<A>) -> A {
 /// // A saturated row: nothing moves.
 /// assert_eq!(softmax_jacobian(&array![1.0, 0.0]), array![[0.0, 0.0], [0.0, 0.0]]);
 /// ```
+// ANCHOR: softmax_jacobian
 pub fn softmax_jacobian<A: Float>(p: &ArrayRef1<A>) -> Array2<A> {
     let n = p.len();
     Array2::from_shape_fn((n, n), |(i, j)| {
@@ -63,7 +63,6 @@ pub fn softmax_jacobian<A: Float>(p: &ArrayRef1<A>) -> Array2<A> {
 }
 // ANCHOR_END: softmax_jacobian
 
-// ANCHOR: jacobian_norm
 /// The Frobenius norm of [`softmax_jacobian`]`(p)` (the square root of the sum of its
 /// squared entries), without building the matrix:
 /// `‖J‖² = Σᵢ pᵢ² − 2·Σᵢ pᵢ³ + (Σᵢ pᵢ²)²`.
@@ -79,6 +78,7 @@ pub fn softmax_jacobian<A: Float>(p: &ArrayRef1<A>) -> Array2<A> {
 /// assert!((jacobian_norm(&p) - full).abs() < 1e-15);
 /// assert!((jacobian_norm(&array![0.25, 0.25, 0.25, 0.25]) - 3f64.sqrt() / 4.0).abs() < 1e-15);
 /// ```
+// ANCHOR: jacobian_norm
 pub fn jacobian_norm<A: Float>(p: &ArrayRef1<A>) -> A {
     let two = A::from_f64_lossy(2.0);
     let sum_sq: A = p.iter().map(|&w| w * w).sum();
@@ -88,7 +88,6 @@ pub fn jacobian_norm<A: Float>(p: &ArrayRef1<A>) -> A {
 }
 // ANCHOR_END: jacobian_norm
 
-// ANCHOR: row_stats
 /// Softmax statistics averaged over the rows of a score matrix `(L_q, L_k)`.
 ///
 /// ```
@@ -101,6 +100,7 @@ pub fn jacobian_norm<A: Float>(p: &ArrayRef1<A>) -> A {
 /// let sharp = RowStats::of_scores(&array![[0.0, 100.0]]);
 /// assert!(sharp.max_weight > 0.999_999 && sharp.jacobian_norm < 1e-20);
 /// ```
+// ANCHOR: row_stats
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct RowStats {
     /// The mean over rows of the row's largest weight.
@@ -156,7 +156,6 @@ pub struct ScalingMeasurement {
     pub scaled: RowStats,
 }
 
-// ANCHOR: sample_scores
 /// Raw scores of random queries and keys: `trials` times, `Q·Kᵀ` for `Q` and `K` of shape
 /// `(l, d_k)` with independent standard-normal entries, stacked into `(trials·l, l)`. Each
 /// row is one query's scores against the `l` keys of its trial.
@@ -168,6 +167,7 @@ pub struct ScalingMeasurement {
 /// let s = sample_scores(64, 8, 3, &mut StdRng::seed_from_u64(0));
 /// assert_eq!(s.dim(), (24, 8));
 /// ```
+// ANCHOR: sample_scores
 pub fn sample_scores<R: Rng + ?Sized>(d_k: usize, l: usize, trials: usize, rng: &mut R) -> Array2<f64> {
     let mut raw = Array2::<f64>::zeros((0, l));
     for _ in 0..trials {
@@ -180,7 +180,6 @@ pub fn sample_scores<R: Rng + ?Sized>(d_k: usize, l: usize, trials: usize, rng: 
 }
 // ANCHOR_END: sample_scores
 
-// ANCHOR: measure_scaling
 /// The chapter's experiment for one `d_k`: the scores of [`sample_scores`], with and without
 /// the division by `√d_k`. Variances are over all `trials·l·l` scores;
 /// the softmax statistics are means over all `trials·l` rows.
@@ -194,6 +193,7 @@ pub fn sample_scores<R: Rng + ?Sized>(d_k: usize, l: usize, trials: usize, rng: 
 /// assert!(m.raw.max_weight > 0.9); // raw scores: nearly one key per query
 /// assert!(m.scaled.max_weight < 0.5);
 /// ```
+// ANCHOR: measure_scaling
 pub fn measure_scaling<R: Rng + ?Sized>(d_k: usize, l: usize, trials: usize, rng: &mut R) -> ScalingMeasurement {
     let raw = sample_scores(d_k, l, trials, rng);
     let scaled = scale(raw.clone(), d_k);
