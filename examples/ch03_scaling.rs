@@ -45,7 +45,7 @@ fn report(runs: &[ScalingMeasurement]) -> Result<String, Box<dyn Error>> {
     let small = arr1(&[2.0, 1.0, 0.0]);
     for factor in [1.0, 8.0, 32.0] {
         let s = &small * factor;
-        writeln!(out, "softmax({:<12}) = {:.4}", format!("{s:.0}"), softmax(&s))?;
+        writeln!(out, "{:<20} = {:.4}", format!("softmax({s:.0})"), softmax(&s))?;
     }
     writeln!(out)?;
 
@@ -61,7 +61,8 @@ fn report(runs: &[ScalingMeasurement]) -> Result<String, Box<dyn Error>> {
     writeln!(out, "Notebook 002: Q·Kᵀ\n{:.8}", scores(&q, &k)?)?;
     writeln!(out, "and Q·Kᵀ / √8\n{:.8}\n", scaled_scores(&q, &k)?)?;
 
-    writeln!(out, "Experiment: L = {L} keys per query, {TRIALS} trials per d_k ({} rows, {} scores), seed {SEED} + d_k", TRIALS * L, TRIALS * L * L)?;
+    writeln!(out, "Experiment: L = {L} keys per query, {TRIALS} trials per d_k, seed {SEED} + d_k")?;
+    writeln!(out, "({} rows of weights and {} scores per d_k)\n", TRIALS * L, TRIALS * L * L)?;
     writeln!(out, "            variance          max weight       entropy (nats)    Jacobian norm")?;
     writeln!(out, " d_k       raw  scaled       raw  scaled       raw  scaled       raw  scaled")?;
     for m in runs {
