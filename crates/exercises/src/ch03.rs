@@ -26,6 +26,9 @@ pub fn scale_for(d_k: usize, sigma_q: f64, sigma_k: f64) -> f64 {
 /// Exercise 3.2: the *perplexity* of a row of weights, `exp(entropy)`: the number of keys a
 /// query effectively attends to (`n` for `n` equal weights, 1 for a one-hot row).
 ///
+/// The chapter's scaled rows have an entropy of about 2.36 nats: `e^2.36 ≈ 10.6` of their 16
+/// keys are in play. The raw rows at `d_k = 1024` (entropy 0.096) have `e^0.096 ≈ 1.1`.
+///
 /// ```
 /// use exercises::ch03::perplexity;
 /// use ndarray::array;
@@ -40,6 +43,10 @@ pub fn perplexity(p: &Array1<f64>) -> f64 {
 // ANCHOR: gap_for_weight
 /// Exercise 3.3: the score gap `s₁ − s₀` at which softmax over two keys gives the larger one
 /// the weight `p` (for `0.5 ≤ p < 1`): solve `1 / (1 + e^(−gap)) = p`.
+///
+/// For `p = 0.99` the gap is `ln 99 ≈ 4.6`. Between two raw scores at `d_k = 512` the gap has a
+/// standard deviation of `√(2·512) = 32`, seven times that: without scaling, nearly every pair
+/// of keys is far past saturation.
 ///
 /// ```
 /// use exercises::ch03::gap_for_weight;
@@ -78,6 +85,8 @@ mod tests {
         assert!((perplexity(&array![0.0, 1.0, 0.0]) - 1.0).abs() < 1e-12);
         let lopsided = perplexity(&array![0.9, 0.05, 0.05]);
         assert!(lopsided > 1.0 && lopsided < 2.0, "{lopsided}");
+        // The numbers in the doc comment.
+        assert!((2.36f64.exp() - 10.6).abs() < 0.05 && (0.096f64.exp() - 1.1).abs() < 0.05);
     }
 
     #[test]
@@ -87,5 +96,8 @@ mod tests {
             assert!((w[1] - p).abs() < 1e-9, "p = {p}: {w}");
         }
         assert!(gap_for_weight(0.99) > 4.59 && gap_for_weight(0.99) < 4.6);
+        let sd = (2.0 * 512.0f64).sqrt();
+        assert_eq!(sd, 32.0);
+        assert!((sd / gap_for_weight(0.99) - 7.0).abs() < 0.1); // "seven times that"
     }
 }
