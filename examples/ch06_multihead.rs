@@ -30,7 +30,10 @@ const D_MODEL: usize = 8;
 const HEADS: usize = 4;
 
 /// The sentence's tokens, its embeddings `X: (L, d_model)` and a seeded 4-head layer.
-fn layer() -> Result<(Vec<&'static str>, Array2<f64>, MultiHeadAttention<f64>), Box<dyn Error>> {
+type Layer = (Vec<&'static str>, Array2<f64>, MultiHeadAttention<f64>);
+
+/// Builds the chapter's [`Layer`] from seeded random numbers.
+fn layer() -> Result<Layer, Box<dyn Error>> {
     let tokens: Vec<&str> = SENTENCE.split_whitespace().collect();
     let vocab = Vocabulary::from_sentence(SENTENCE);
     let mut rng = StdRng::seed_from_u64(6);

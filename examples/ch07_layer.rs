@@ -69,8 +69,12 @@ fn masked_scores() -> Result<Array2<f64>, Box<dyn Error>> {
     Ok(s)
 }
 
+/// Cross-attention's result: the target tokens (queries), the source tokens (keys) and the
+/// weights `(L_q, L_k)`.
+type Cross = (Vec<&'static str>, Vec<&'static str>, Array2<f64>);
+
 /// The cross-attention weights `(L_q, L_k)`: target tokens (queries) over source tokens.
-fn cross_weights() -> Result<(Vec<&'static str>, Vec<&'static str>, Array2<f64>), Box<dyn Error>> {
+fn cross_weights() -> Result<Cross, Box<dyn Error>> {
     let (source, target): (Vec<&str>, Vec<&str>) =
         (SOURCE.split_whitespace().collect(), TARGET.split_whitespace().collect());
     let vocab = Vocabulary::new(source.iter().chain(&target).copied());
