@@ -75,6 +75,7 @@ chapters! {
     ch05 => "../examples/ch05_softmax.rs",
     ch06 => "../examples/ch06_multihead.rs",
     ch07 => "../examples/ch07_layer.rs",
+    ch08 => "../examples/ch08_scale.rs",
 }
 
 #[path = "../examples/common/mod.rs"]

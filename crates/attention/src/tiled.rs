@@ -23,7 +23,7 @@
 //! The products go through ndarray's `general_mat_mul` (the `matrixmultiply` crate), which
 //! writes into the existing tile buffer.
 //!
-//! Anchors: `online_update`, `online_softmax`, `tile_loop`, `mask_tile`.
+//! Anchors: `online_update`, `online_softmax`, `tile_loop`, `causal_end`, `mask_tile`.
 
 use ndarray::{
     Array, Array1, Array2, Array3, ArrayRef, ArrayRef1, ArrayRef2, ArrayView2, ArrayViewD, ArrayViewMut2, Axis,
@@ -342,6 +342,37 @@ pub fn tiled_sdpa_batched<A: Float, D: Dimension>(
         .expect("same number of axes as the inputs"))
 }
 
+// ANCHOR: causal_end
+/// Causal attention: the keys a block of `n_q` queries starting at `i0` may see end after its
+/// last query, `i0 + n_q − 1`; every tile from there on is in all its rows' future, and skipped.
+fn causal_end(i0: usize, n_q: usize, l_k: usize) -> usize {
+    l_k.min(i0 + n_q)
+}
+// ANCHOR_END: causal_end
+
+/// For causal attention, how many scores of each (query block, key tile) pair are visible:
+/// an array `(blocks, tiles)`. The tiled loop computes exactly the pairs with a count above
+/// 0 and skips the others, so for `L_q = L_k` it visits about half of them.
+///
+/// ```
+/// use attention::tiled::{causal_tile_counts, Tiles};
+///
+/// let counts = causal_tile_counts(8, 8, Tiles { block_q: 4, tile_k: 4 }).unwrap();
+/// assert_eq!(counts, ndarray::array![[10, 0], [16, 10]]); // 4·5/2 = 10 on the diagonal
+/// let big = causal_tile_counts(1024, 1024, Tiles { block_q: 128, tile_k: 128 }).unwrap();
+/// assert_eq!(big.iter().filter(|&&n| n > 0).count(), 36); // of 8 × 8 = 64
+/// ```
+pub fn causal_tile_counts(l_q: usize, l_k: usize, tiles: Tiles) -> Result<Array2<usize>> {
+    tiles.check()?;
+    let (blocks, n_tiles) = (l_q.div_ceil(tiles.block_q), l_k.div_ceil(tiles.tile_k));
+    Ok(Array2::from_shape_fn((blocks, n_tiles), |(b, t)| {
+        let (i0, j0) = (b * tiles.block_q, t * tiles.tile_k);
+        let (n_q, end) = (tiles.block_q.min(l_q - i0), causal_end(i0, tiles.block_q.min(l_q - i0), l_k));
+        let keys = j0..(j0 + tiles.tile_k).min(end);
+        (i0..i0 + n_q).map(|i| keys.clone().filter(|&j| j <= i).count()).sum()
+    }))
+}
+
 /// The matrices of a `(..., L_q, L_k)` view, leading axes flattened in order.
 fn matrices<T>(a: ArrayViewD<'_, T>) -> Vec<ArrayView2<'_, T>> {
     if a.ndim() == 2 {
@@ -386,9 +417,8 @@ fn attend_block<A: Float>(
     scratch: &mut Scratch<A>,
 ) {
     let n_q = q.nrows();
-    // Causal: keys after the block's last query are in every row's future; stop before them.
     let end = match visible {
-        Visible::Causal => k.nrows().min(i0 + n_q),
+        Visible::Causal => causal_end(i0, n_q, k.nrows()),
         _ => k.nrows(),
     };
     let running = &mut scratch.running[..n_q];

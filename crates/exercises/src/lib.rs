@@ -15,3 +15,4 @@ pub mod ch04;
 pub mod ch05;
 pub mod ch06;
 pub mod ch07;
+pub mod ch08;

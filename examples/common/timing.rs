@@ -1,0 +1,23 @@
+//! Timing for the examples that measure (`ch08_scale`, the `attend` tool's `--bench`): run a
+//! computation once to warm up, then `runs` times, and report the median wall-clock time.
+//!
+//! Not declared in `common/mod.rs` (most chapter examples time nothing); include it with
+//! `#[path = "common/timing.rs"] mod timing;`.
+
+use std::time::Instant;
+
+/// Runs `f` once (warm-up: page faults, thread pool start, caches), then `runs` times
+/// (at least once), and returns the median time of those runs in milliseconds.
+pub fn median_ms<T>(runs: usize, mut f: impl FnMut() -> T) -> f64 {
+    std::hint::black_box(f());
+    let mut times: Vec<f64> = (0..runs.max(1))
+        .map(|_| {
+            let start = Instant::now();
+            std::hint::black_box(f());
+            start.elapsed().as_secs_f64() * 1e3
+        })
+        .collect();
+    times.sort_by(f64::total_cmp);
+    let mid = times.len() / 2;
+    if times.len() % 2 == 1 { times[mid] } else { (times[mid - 1] + times[mid]) / 2.0 }
+}
