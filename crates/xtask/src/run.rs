@@ -66,6 +66,30 @@ impl Cmd {
         }
     }
 
+    /// Runs to completion, passing both streams through, and fails if the command succeeded
+    /// but logged a warning (a line containing ` WARN `) that `tolerated` does not accept.
+    /// mdBook only warns about an unbalanced HTML tag in a page (garbled math, say), a missing
+    /// anchor or a missing image, and still exits 0.
+    pub fn run_without_warnings(mut self, tolerated: fn(&str) -> bool) -> Result<()> {
+        println!("$ {}", self.shown);
+        let out = self
+            .inner
+            .stdout(Stdio::inherit())
+            .stderr(Stdio::piped())
+            .output()
+            .map_err(|e| format!("could not start `{}`: {e}", self.shown))?;
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        eprint!("{stderr}");
+        if !out.status.success() {
+            return Err(format!("`{}` failed ({})", self.shown, out.status).into());
+        }
+        let warnings = unexpected_warnings(&stderr, tolerated);
+        if !warnings.is_empty() {
+            return Err(format!("`{}` logged {} warning(s):\n  {}", self.shown, warnings.len(), warnings.join("\n  ")).into());
+        }
+        Ok(())
+    }
+
     /// Runs to completion and returns standard output; standard error passes through.
     pub fn output(mut self) -> Result<String> {
         let out = self
@@ -77,5 +101,41 @@ impl Cmd {
             return Err(format!("`{}` failed ({})", self.shown, out.status).into());
         }
         Ok(String::from_utf8(out.stdout)?)
+    }
+}
+
+/// The lines of `log` that are warnings `tolerated` does not accept, with ANSI colours removed.
+fn unexpected_warnings(log: &str, tolerated: fn(&str) -> bool) -> Vec<String> {
+    log.lines().map(strip_ansi).filter(|line| line.contains(" WARN ") && !tolerated(line)).collect()
+}
+
+fn strip_ansi(line: &str) -> String {
+    let mut out = String::with_capacity(line.len());
+    let mut chars = line.chars();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            // Skip a CSI sequence: ESC [ parameters final-letter.
+            for c in chars.by_ref() {
+                if c.is_ascii_alphabetic() {
+                    break;
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn warnings_are_found_and_filtered() {
+        let log = "\u{1b}[2m2026\u{1b}[0m \u{1b}[33m WARN\u{1b}[0m mdbook_katex: built against v0.5.3\n INFO ok\n WARN unclosed HTML tag `<mo>` found in `ch04.md`\n";
+        let found = unexpected_warnings(log, |line| line.contains("built against"));
+        assert_eq!(found, [" WARN unclosed HTML tag `<mo>` found in `ch04.md`"]);
+        assert_eq!(unexpected_warnings(log, |_| false).len(), 2);
     }
 }
