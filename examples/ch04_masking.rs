@@ -115,7 +115,11 @@ fn report() -> Result<String, Box<dyn Error>> {
         let before = sdpa(&q, &k, &v, mask)?.output;
         let after = sdpa(&q2, &k2, &v2, mask)?.output;
         let diff = (&before.slice(s![..3, ..]) - &after.slice(s![..3, ..])).mapv(f64::abs);
-        writeln!(out, "Changing token 3 moves outputs 0..=2 by at most {:.3e} ({name})", diff.fold(0.0, |m, &d| d.max(m)))?;
+        writeln!(
+            out,
+            "Changing token 3 moves outputs 0..=2 by at most {:.3e} ({name})",
+            diff.fold(0.0, |m, &d| d.max(m))
+        )?;
     }
     Ok(out)
 }

@@ -57,7 +57,11 @@ fn report() -> Result<String, Box<dyn Error>> {
     writeln!(out, "reshape to (L, h, d_head):  {:?}", [l, HEADS, mha.d_head()])?;
     writeln!(out, "swap to (h, L, d_head):     {:?}", split.shape())?;
     writeln!(out, "merge back:                 {:?}", merge_heads(&split)?.shape())?;
-    writeln!(out, "head 1 of Q is columns 2..4 of Q: {}", split.index_axis(Axis(0), 1) == q.slice(ndarray::s![.., 2..4]))?;
+    writeln!(
+        out,
+        "head 1 of Q is columns 2..4 of Q: {}",
+        split.index_axis(Axis(0), 1) == q.slice(ndarray::s![.., 2..4])
+    )?;
 
     let att = mha.forward(&x, None)?;
     writeln!(out, "\nweights: {:?}, output: {:?}", att.weights.shape(), att.output.shape())?;

@@ -96,7 +96,14 @@ fn report() -> Result<String, Box<dyn Error>> {
     writeln!(out, "1. Q K^T:\n{raw:.8}")?;
     let scaled = scale(raw.clone(), nb004::D_K);
     writeln!(out, "2. divided by sqrt(d_k) = sqrt(8):\n{scaled:.8}")?;
-    writeln!(out, "   variances: Q {:.6}, K {:.6}, Q K^T {:.6}, scaled {:.6}", variance(&q)?, variance(&k)?, variance(&raw)?, variance(&scaled)?)?;
+    writeln!(
+        out,
+        "   variances: Q {:.6}, K {:.6}, Q K^T {:.6}, scaled {:.6}",
+        variance(&q)?,
+        variance(&k)?,
+        variance(&raw)?,
+        variance(&scaled)?
+    )?;
     let masked = masked_scores()?;
     writeln!(out, "3. plus the causal mask:\n{masked:.8}")?;
     let weights = softmax(&masked);

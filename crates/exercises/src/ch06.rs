@@ -106,7 +106,10 @@ mod tests {
         for row in avg.rows() {
             assert!((row.sum() - 1.0).abs() < 1e-12);
         }
-        let manual = (0..4).map(|h| out.weights.index_axis(Axis(0), h).to_owned()).fold(Array2::<f64>::zeros((5, 5)), |a, w| a + w) / 4.0;
+        let manual = (0..4)
+            .map(|h| out.weights.index_axis(Axis(0), h).to_owned())
+            .fold(Array2::<f64>::zeros((5, 5)), |a, w| a + w)
+            / 4.0;
         assert!((avg - manual).iter().all(|d| d.abs() < 1e-15));
         let one = Array3::from_elem((1, 2, 2), 0.5);
         assert_eq!(average_heads(&one), Array2::from_elem((2, 2), 0.5));
@@ -122,7 +125,9 @@ mod tests {
         let loaded = from_pytorch(&in_proj, &w_o.t(), 2).unwrap();
         assert_eq!(loaded, reference);
         // Forgetting the transpose gives a different layer.
-        let wrong = MultiHeadAttention::new(w_q.t().to_owned(), w_k.t().to_owned(), w_v.t().to_owned(), w_o.t().to_owned(), 2).unwrap();
+        let wrong =
+            MultiHeadAttention::new(w_q.t().to_owned(), w_k.t().to_owned(), w_v.t().to_owned(), w_o.t().to_owned(), 2)
+                .unwrap();
         assert_ne!(wrong, reference);
         // A (d_model, d_model) matrix is not an in_proj_weight.
         let err = from_pytorch(&w_q, &w_o, 2).unwrap_err().to_string();
