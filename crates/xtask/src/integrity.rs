@@ -128,7 +128,13 @@ impl Tag {
 struct Page {
     tags: Vec<Tag>,
     prose: String,
+    /// Markdown's own tags (`em`, `del`, `a`, …) found inside `<math>`: Markdown read part of a
+    /// formula as emphasis, strikethrough or a link, and the formula is garbled.
+    markdown_in_math: Vec<String>,
 }
+
+/// HTML tags that Markdown produces and MathML never contains.
+const MARKDOWN_TAGS: [&str; 7] = ["em", "strong", "del", "a", "code", "img", "p"];
 
 /// A small, forgiving HTML scanner: enough for mdBook's well-formed output.
 fn parse_html(html: &str) -> Page {
@@ -136,6 +142,8 @@ fn parse_html(html: &str) -> Page {
     let mut prose = String::new();
     let mut rest = html;
     let mut code_depth = 0usize;
+    let mut math_depth = 0usize;
+    let mut markdown_in_math = Vec::new();
     while let Some(lt) = rest.find('<') {
         if code_depth == 0 {
             prose.push_str(&rest[..lt]);
@@ -153,15 +161,22 @@ fn parse_html(html: &str) -> Page {
             if (name == "code" || name == "pre") && code_depth > 0 {
                 code_depth -= 1;
             }
+            if name == "math" && math_depth > 0 {
+                math_depth -= 1;
+            }
             continue;
         }
         let tag = parse_tag(raw);
+        if math_depth > 0 && MARKDOWN_TAGS.contains(&tag.name.as_str()) {
+            markdown_in_math.push(tag.name.clone());
+        }
         match tag.name.as_str() {
             "script" | "style" => {
                 let close = format!("</{}", tag.name);
                 rest = rest.find(&close).map_or("", |i| &rest[i..]);
             }
             "code" | "pre" => code_depth += 1,
+            "math" => math_depth += 1,
             _ => {}
         }
         tags.push(tag);
@@ -169,7 +184,7 @@ fn parse_html(html: &str) -> Page {
     if code_depth == 0 {
         prose.push_str(rest);
     }
-    Page { tags, prose }
+    Page { tags, prose, markdown_in_math }
 }
 
 /// Index of the `>` closing the tag that starts `s`, skipping quoted attribute values.
@@ -253,6 +268,13 @@ pub fn check_html(html_dir: &Path) -> Result<Vec<String>> {
         let mut problem = |p: String| problems.push(format!("{shown}: {p}"));
         if page.prose.contains("{{#") {
             problem("an unexpanded `{{#...}}` directive is left in the page".into());
+        }
+        if let Some(tag) = page.markdown_in_math.first() {
+            problem(format!(
+                "Markdown garbled a formula: <{tag}> inside <math> ({} such tag(s); a `_` after `)` or `}}` \
+                 reads as emphasis, two `~` as strikethrough, `[...]` as a link)",
+                page.markdown_in_math.len()
+            ));
         }
         if page.prose.contains("$$") {
             problem("raw `$$` math is left in the page (was the katex preprocessor run?)".into());
@@ -417,6 +439,7 @@ mod tests {
                 r#"<a href="introduction.html#nowhere">a</a><a href="gone.html">b</a>"#,
                 r#"<script src="https://cdn.example/x.js"></script><link rel="stylesheet" href="//cdn.example/k.css">"#,
                 "<p>{{#include ../x.rs:anchor}}</p><p>$$ x^2 $$</p>",
+                "<math><mi>x</mi><em>i</em></math>",
                 r#"<link rel="stylesheet" href="css/extra.css"><link rel="stylesheet" href="css/fonts.css">"#,
             ),
         );
@@ -433,6 +456,7 @@ mod tests {
             "<link href=\"//cdn.example/k.css\"> loads from the network",
             "unexpanded",
             "raw `$$` math",
+            "Markdown garbled a formula: <em> inside <math>",
             "no MathML",
             "css/extra.css: @import",
             "css/fonts.css: url(../fonts/missing.woff2):",
