@@ -132,9 +132,5 @@ pub fn render_figures(out_dir: &Path) -> Result<Vec<PathBuf>, Box<dyn Error>> {
 }
 
 fn main() -> Result<(), Box<dyn Error>> {
-    print!("{}", report()?);
-    for path in render_figures(&common::out_dir()?)? {
-        println!("wrote {}", path.display());
-    }
-    Ok(())
+    common::run_chapter(render_figures)
 }

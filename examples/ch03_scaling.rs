@@ -142,13 +142,5 @@ pub fn render_figures(out_dir: &Path) -> Result<Vec<PathBuf>, Box<dyn Error>> {
 }
 
 fn main() -> Result<(), Box<dyn Error>> {
-    // The experiment runs once: render_figures writes the report, which is then printed.
-    let written = render_figures(&common::out_dir()?)?;
-    for path in written.iter().filter(|p| p.extension().is_some_and(|e| e == "txt")) {
-        print!("{}", std::fs::read_to_string(path)?);
-    }
-    for path in &written {
-        println!("wrote {}", path.display());
-    }
-    Ok(())
+    common::run_chapter(render_figures)
 }

@@ -16,22 +16,21 @@
 //!
 //! use std::path::{Path, PathBuf};
 //!
-//! /// Draws this chapter's figures into `out_dir`; returns the files written.
+//! /// Draws this chapter's figures into `out_dir` and writes its report (what the chapter
+//! /// quotes, included with `{{#include img/chNN_output.txt}}`); returns the files written.
 //! pub fn render_figures(out_dir: &Path) -> Result<Vec<PathBuf>, Box<dyn std::error::Error>> {
 //!     let (tokens, weights) = ...; // seeded: StdRng::seed_from_u64
 //!     let heatmap = figures::Heatmap::new(&weights)
 //!         .labels(&tokens)
 //!         .colorbar_label("attention weight")
 //!         .save(out_dir.join("chNN_weights.png"))?; // `save` returns the path it wrote
-//!     Ok(vec![heatmap])
+//!     let text = out_dir.join("chNN_output.txt");
+//!     std::fs::write(&text, report())?;
+//!     Ok(vec![heatmap, text])
 //! }
 //!
 //! fn main() -> Result<(), Box<dyn std::error::Error>> {
-//!     // ... print the numbers the chapter quotes ...
-//!     for path in render_figures(&common::out_dir()?)? {
-//!         println!("wrote {}", path.display());
-//!     }
-//!     Ok(())
+//!     common::run_chapter(render_figures) // prints the report, lists the files
 //! }
 //! ```
 //!
@@ -51,7 +50,7 @@ use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
 /// What every chapter example exposes.
-type Renderer = fn(&Path) -> Result<Vec<PathBuf>, Box<dyn Error>>;
+type Renderer = common::Render;
 
 macro_rules! chapters {
     ($($module:ident => $path:literal),* $(,)?) => {

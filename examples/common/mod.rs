@@ -51,3 +51,21 @@ pub fn resolve(args: impl IntoIterator<Item = OsString>, env: Option<OsString>) 
         .or_else(|| env.filter(|e| !e.is_empty()).map(PathBuf::from))
         .unwrap_or_else(default_dir))
 }
+
+/// What every chapter example exposes: draws its figures (and writes its report,
+/// `chNN_output.txt`) into a directory and returns the files it wrote.
+pub type Render = fn(&Path) -> Result<Vec<PathBuf>, Box<dyn std::error::Error>>;
+
+/// The `main` of a chapter example: renders into [`out_dir`], prints the report it wrote (the
+/// `.txt` file the chapter includes), then lists every file. The report is computed once, by
+/// `render`, so what the terminal shows is byte for byte what the book shows.
+pub fn run_chapter(render: Render) -> Result<(), Box<dyn std::error::Error>> {
+    let written = render(&out_dir()?)?;
+    for path in written.iter().filter(|p| p.extension().is_some_and(|e| e == "txt")) {
+        print!("{}", std::fs::read_to_string(path)?);
+    }
+    for path in &written {
+        println!("wrote {}", path.display());
+    }
+    Ok(())
+}
