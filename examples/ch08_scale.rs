@@ -219,18 +219,48 @@ fn sweep(lengths: &[usize], runs: usize, threads: usize) -> Result<Vec<Timing>, 
     Ok(rows)
 }
 
-/// The sweep as a table.
-fn timing_table(rows: &[Timing], threads: usize) -> String {
+/// Floating-point operations of attention for one head: `2·d` per score for `Q·Kᵀ` and `2·d`
+/// per weight for `P·V`, over all `L²` pairs or, causal, the `L(L+1)/2` visible ones.
+fn flops(l: usize, causal: bool) -> f64 {
+    let pairs = if causal { l * (l + 1) / 2 } else { l * l };
+    (4 * D * HEADS * pairs) as f64
+}
+
+/// This machine's matrix-multiply rate on one thread, in GFLOP/s: ndarray's `general_mat_mul`
+/// (matrixmultiply) on the shape of one tile product, `(128 × 64) · (64 × 256)`, best of 5.
+fn gemm_gflops() -> f64 {
+    let mut rng = StdRng::seed_from_u64(SEED);
+    let (a, b): (Array2<f32>, Array2<f32>) = (random((128, D), &mut rng), random((D, 256), &mut rng));
+    let mut c = Array2::<f32>::zeros((128, 256));
+    let reps = 2000;
+    let best = (0..5)
+        .map(|_| {
+            let start = std::time::Instant::now();
+            for _ in 0..reps {
+                ndarray::linalg::general_mat_mul(1.0, &a, &b, 0.0, &mut c);
+            }
+            start.elapsed().as_secs_f64()
+        })
+        .fold(f64::INFINITY, f64::min);
+    (2 * 128 * D * 256 * reps) as f64 / best / 1e9
+}
+
+/// The sweep as a table, with the tiled path's rate against the GEMM rate of `threads` threads.
+fn timing_table(rows: &[Timing], threads: usize, gemm: f64) -> String {
     let mut out = format!("f32, {HEADS} heads, d = {D}, median ms on {threads} threads (the plain path uses one)\n");
-    out += "     L  causal     plain     tiled   plain/tiled\n";
+    out += &format!("GEMM on this machine: {gemm:.0} GFLOP/s per thread ({:.0} on {threads})\n", gemm * threads as f64);
+    out += "     L  causal     plain     tiled   plain/tiled   tiled GFLOP/s   % of GEMM\n";
     for r in rows {
+        let rate = flops(r.l, r.causal) / r.tiled_ms / 1e6;
         out += &format!(
-            "{:>6}  {:<6} {:>9.2} {:>9.2}   {:>8.1}\n",
+            "{:>6}  {:<6} {:>9.2} {:>9.2}   {:>8.1}   {:>13.0}   {:>9.0}\n",
             r.l,
             if r.causal { "yes" } else { "no" },
             r.plain_ms,
             r.tiled_ms,
-            r.plain_ms / r.tiled_ms
+            r.plain_ms / r.tiled_ms,
+            rate,
+            100.0 * rate / (gemm * threads as f64)
         );
     }
     out
@@ -341,19 +371,12 @@ fn main() -> Result<(), Box<dyn Error>> {
         }
         return Ok(());
     }
-    let out_dir = common::out_dir()?;
-    let written = render_figures(&out_dir)?;
-    for path in written.iter().filter(|p| p.extension().is_some_and(|e| e == "txt")) {
-        print!("{}", std::fs::read_to_string(path)?);
-    }
-    for path in &written {
-        println!("wrote {}", path.display());
-    }
+    common::run_chapter(render_figures)?;
     println!("\nTiming on this machine ({} runs after one warm-up each; takes a minute):", o.runs);
     let rows = sweep(&o.lengths, o.runs, o.threads)?;
-    print!("{}", timing_table(&rows, o.threads));
+    print!("{}", timing_table(&rows, o.threads, gemm_gflops()));
     if o.timings {
-        let path = out_dir.join("ch08_time_vs_l.png");
+        let path = common::out_dir()?.join("ch08_time_vs_l.png");
         draw_timings(&rows, &path)?;
         println!("wrote {} (this machine's timings; not part of the book)", path.display());
     }
