@@ -4,7 +4,7 @@
 //! ```text
 //! cargo run --release --example attend -- --q Q.npy --k K.npy --v V.npy \
 //!     [--mask causal | --mask M.npy] --out OUT.npy [--weights W.npy] \
-//!     [--png HEATMAP.png [--labels "my,name,is,Aj"]]
+//!     [--png HEATMAP.png [--labels "my,name,is,Aj"]] [--impl plain|tiled] [--bench N]
 //! ```
 //!
 //! - Q `(…, L_q, d_k)`, K `(…, L_k, d_k)`, V `(…, L_k, d_v)` with the same 0, 1 or 2 leading
@@ -14,6 +14,14 @@
 //! - OUT is `(…, L_q, d_v)` in the input dtype; W is `(…, L_q, L_k)`.
 //! - `--png HEATMAP.png` draws the weights (one heatmap, or one panel per batch item and
 //!   head), masked cells marked; `--labels "my,name,is,Aj"` names the tokens (one per token).
+//! - `--impl plain` computes `sdpa_batched` (the chapters' code, which forms the weights);
+//!   `--impl tiled` computes `tiled_sdpa_batched` (chapter 8: the output without the
+//!   `L_q × L_k` matrix, on every core; `RAYON_NUM_THREADS=N` limits the threads). The
+//!   default is plain when `--weights` or `--png` asks for the weights (only the plain path
+//!   forms them) or when `L_q · L_k < 65536` (256 × 256), and tiled otherwise.
+//! - `--bench N` runs the computation once to warm up, then N more times, and ends the
+//!   summary with the line `median_ms=<number>`: the median time of those N runs for the
+//!   attention computation alone (no file reading or writing). The files are written once.
 //!
 //! Any bad input (missing or malformed file, mixed dtypes, wrong shapes, NaN) stops the tool
 //! with one line `error: <file>: <problem>` and exit code 1, and no output file is written.

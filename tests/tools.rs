@@ -327,3 +327,99 @@ fn multihead_draws_one_panel_per_batch_item_and_head() {
     let message = multihead::run(&list).unwrap_err();
     assert!(message.contains("--labels: 2 labels given but the weights have L = 6 tokens"), "{message}");
 }
+
+#[test]
+fn attend_tiled_reproduces_pytorch_and_the_plain_path() {
+    let dir = TempDir::new().unwrap();
+    let (tiled_out, plain_out) = (out_path(&dir, "tiled.npy"), out_path(&dir, "plain.npy"));
+    for (case, mask) in [
+        ("f64_causal_L33_dk32", Some("causal".to_string())),
+        ("f64_causal_Lq3_Lk5", Some("causal".to_string())),
+        ("f64_fully_masked_rows_L5", Some(fixture("sdpa", "f64_fully_masked_rows_L5", "mask.npy"))),
+        ("f64_batch2_heads2_bool_L4", Some(fixture("sdpa", "f64_batch2_heads2_bool_L4", "mask.npy"))),
+        ("f64_batch2_L5_dk4", None),
+    ] {
+        let mut list = qkv(case);
+        if let Some(mask) = mask {
+            list.extend(["--mask".to_string(), mask]);
+        }
+        for (implementation, out) in [("tiled", &tiled_out), ("plain", &plain_out)] {
+            let mut list = list.clone();
+            list.extend(args(&["--out", out, "--impl", implementation]));
+            let summary = attend::run(&list).unwrap_or_else(|e| panic!("{case}: {e}"));
+            assert!(summary.starts_with(&format!("attention ({implementation})")), "{summary}");
+        }
+        let tiled: ArrayD<f64> = read_npy(&tiled_out).unwrap();
+        let plain: ArrayD<f64> = read_npy(&plain_out).unwrap();
+        let expected: ArrayD<f64> = read_npy(fixture("sdpa", case, "out.npy")).unwrap();
+        assert!(max_diff(&tiled, &expected) < 1e-12, "{case}: tiled vs PyTorch");
+        assert!(max_diff(&tiled, &plain) < 1e-12, "{case}: tiled vs plain");
+    }
+}
+
+#[test]
+fn attend_picks_the_tiled_path_for_large_inputs_unless_weights_are_wanted() {
+    let dir = TempDir::new().unwrap();
+    let write = |name: &str, l: usize| {
+        let path = out_path(&dir, name);
+        let a = ArrayD::from_shape_fn(IxDyn(&[l, 4]), |i| ((i[0] * 7 + i[1] * 3) % 11) as f32 / 11.0 - 0.5);
+        write_npy(&path, &a).unwrap();
+        path
+    };
+    let (small, large) = (write("small.npy", 255), write("large.npy", 256)); // 255² < 256² ≤ 256²
+    let out = out_path(&dir, "out.npy");
+    let run = |x: &str, extra: &[&str]| {
+        let mut list = args(&["--q", x, "--k", x, "--v", x, "--out", &out]);
+        list.extend(args(extra));
+        attend::run(&list).unwrap()
+    };
+    assert!(run(&small, &[]).starts_with("attention (plain)"));
+    assert!(run(&large, &[]).starts_with("attention (tiled)"));
+    let summary = run(&large, &["--mask", "causal"]);
+    assert!(summary.starts_with("attention (tiled)") && summary.contains("weights not formed"), "{summary}");
+    let weights = out_path(&dir, "w.npy");
+    assert!(run(&large, &["--weights", &weights]).starts_with("attention (plain)"));
+    assert!(run(&small, &["--impl", "tiled"]).starts_with("attention (tiled)"));
+    assert!(run(&large, &["--impl", "plain"]).starts_with("attention (plain)"));
+}
+
+#[test]
+fn attend_bench_ends_with_the_median() {
+    let dir = TempDir::new().unwrap();
+    let out = out_path(&dir, "out.npy");
+    for implementation in ["plain", "tiled"] {
+        let mut list = qkv("f32_causal_L33_dk32");
+        list.extend(args(&["--mask", "causal", "--out", &out, "--impl", implementation, "--bench", "3"]));
+        let summary = attend::run(&list).unwrap();
+        let last = summary.lines().last().unwrap();
+        let ms: f64 = last.strip_prefix("median_ms=").unwrap_or_else(|| panic!("last line: {last}")).parse().unwrap();
+        assert!(ms.is_finite() && ms >= 0.0, "{last}");
+        assert!(summary.contains(&format!("{implementation} median of 3 runs")), "{summary}");
+        let got: ArrayD<f32> = read_npy(&out).unwrap(); // the output is still written, once
+        let expected: ArrayD<f32> = read_npy(fixture("sdpa", "f32_causal_L33_dk32", "out.npy")).unwrap();
+        assert!(got.iter().zip(&expected).all(|(a, b)| (a - b).abs() < 1e-5));
+    }
+    // Without --bench there is no median line.
+    let mut list = qkv("f32_causal_L33_dk32");
+    list.extend(args(&["--out", &out]));
+    assert!(!attend::run(&list).unwrap().contains("median_ms"));
+}
+
+#[test]
+fn attend_refuses_bad_impl_and_bench_options() {
+    let dir = TempDir::new().unwrap();
+    let (out, weights, png) = (out_path(&dir, "out.npy"), out_path(&dir, "w.npy"), out_path(&dir, "w.png"));
+    let with = |extra: &[&str]| {
+        let mut list = qkv("f64_L8_dk8");
+        list.extend(args(&["--out", &out]));
+        list.extend(args(extra));
+        list
+    };
+    assert_fails(attend::run, &with(&["--impl", "fast"]), &dir, "--impl fast", "expected plain or tiled");
+    assert_fails(attend::run, &with(&["--impl", "tiled", "--weights", &weights]), &dir, "--impl tiled", "never forms");
+    assert_fails(attend::run, &with(&["--impl", "tiled", "--png", &png]), &dir, "--impl tiled", "never forms");
+    for n in ["0", "-1", "three", "2.5"] {
+        assert_fails(attend::run, &with(&["--bench", n]), &dir, &format!("--bench {n}"), "at least 1");
+    }
+    assert_fails(attend::run, &with(&["--bench"]), &dir, "--bench needs a value", "usage");
+}

@@ -3,6 +3,7 @@
 use attention::Float;
 use attention::mask::Mask;
 use attention::sdpa::sdpa_batched;
+use attention::tiled::{Masking, Tiles, tiled_sdpa_batched};
 use ndarray::ArrayD;
 use ndarray_npy::WritableElement;
 
@@ -10,14 +11,69 @@ use super::{
     Args, Outputs, Picture, Tensor, distinct_outputs, explain, labels_need_png, load_bool, same_dtype, shape_text,
 };
 
+#[path = "../common/timing.rs"]
+mod timing;
+
 /// The command line, as `--help`-less usage text.
 pub const USAGE: &str = "attend --q Q.npy --k K.npy --v V.npy [--mask causal | --mask M.npy] --out OUT.npy \
-                         [--weights W.npy] [--png HEATMAP.png [--labels \"my,name,is,Aj\"]]";
+                         [--weights W.npy] [--png HEATMAP.png [--labels \"my,name,is,Aj\"]] \
+                         [--impl plain|tiled] [--bench N]";
 
-/// Runs the tool: reads the inputs, attends, writes OUT (and W); returns a one-line summary.
+/// Below this many scores per matrix (`L_q · L_k`, 256 × 256) the default is the plain path.
+pub const TILED_FROM: usize = 256 * 256;
+
+/// Which implementation computes the attention (`--impl`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Impl {
+    /// `sdpa_batched`: forms the weights (needed for `--weights` and `--png`).
+    Plain,
+    /// `tiled_sdpa_batched`: the output only, without the `L_q × L_k` matrix, on all cores.
+    Tiled,
+}
+
+impl Impl {
+    /// `--impl plain|tiled`, or the default: plain when the weights are asked for (only the
+    /// plain path forms them) or when a matrix has fewer than [`TILED_FROM`] scores, tiled
+    /// otherwise.
+    fn choose(flag: Option<&str>, wants_weights: bool, scores: usize) -> Result<Impl, String> {
+        match flag {
+            Some("plain") => Ok(Impl::Plain),
+            Some("tiled") if wants_weights => Err(
+                "--impl tiled: the tiled path never forms the weights; drop --weights and --png, or use --impl plain"
+                    .into(),
+            ),
+            Some("tiled") => Ok(Impl::Tiled),
+            Some(other) => Err(format!("--impl {other}: expected plain or tiled (usage: {USAGE})")),
+            None if wants_weights || scores < TILED_FROM => Ok(Impl::Plain),
+            None => Ok(Impl::Tiled),
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Impl::Plain => "plain",
+            Impl::Tiled => "tiled",
+        }
+    }
+}
+
+/// `--bench N`: a whole number of runs, at least 1.
+fn bench_runs(flag: Option<&str>) -> Result<Option<usize>, String> {
+    flag.map(|n| match n.parse::<usize>() {
+        Ok(runs) if runs >= 1 => Ok(runs),
+        _ => Err(format!("--bench {n}: expected a number of runs, at least 1")),
+    })
+    .transpose()
+}
+
+/// Runs the tool: reads the inputs, attends, writes OUT (and W); returns a one-line summary
+/// (with `--bench`, followed by the timing, whose last line is `median_ms=<number>`).
 pub fn run(args: &[String]) -> Result<String, String> {
-    let args = Args::parse(args, &["q", "k", "v", "mask", "out", "weights", "png", "labels"], USAGE)?;
+    let args = Args::parse(args, &["q", "k", "v", "mask", "out", "weights", "png", "labels", "impl", "bench"], USAGE)?;
     labels_need_png(&args)?;
+    let bench = bench_runs(args.optional("bench"))?;
+    let wants_weights = args.optional("weights").is_some() || args.optional("png").is_some();
+    Impl::choose(args.optional("impl"), wants_weights, 0)?; // a bad --impl fails before any file is read
     let paths = Paths {
         q: args.required("q", USAGE)?,
         k: args.required("k", USAGE)?,
@@ -27,6 +83,8 @@ pub fn run(args: &[String]) -> Result<String, String> {
         weights: args.optional("weights"),
         png: args.optional("png"),
         labels: args.optional("labels"),
+        implementation: args.optional("impl"),
+        bench,
     };
     let mut inputs = vec![paths.q, paths.k, paths.v];
     inputs.extend(paths.mask.filter(|m| *m != "causal"));
@@ -59,6 +117,8 @@ struct Paths<'a> {
     weights: Option<&'a str>,
     png: Option<&'a str>,
     labels: Option<&'a str>,
+    implementation: Option<&'a str>,
+    bench: Option<usize>,
 }
 
 fn attend<A: Float + WritableElement>(
@@ -98,28 +158,53 @@ fn attend<A: Float + WritableElement>(
             Some(Mask::from_array(allowed).map_err(|e| explain(&e, &files))?)
         }
     };
-    let att = sdpa_batched(&q, &k, &v, mask.as_ref()).map_err(|e| explain(&e, &files))?;
+    let wants_weights = paths.weights.is_some() || paths.png.is_some();
+    let implementation = Impl::choose(paths.implementation, wants_weights, l_q * l_k)?;
+    let masking = match (paths.mask, &mask) {
+        (Some("causal"), _) => Masking::Causal,
+        (_, Some(mask)) => Masking::Mask(mask),
+        (_, None) => Masking::All,
+    };
+    // The computation alone, without file I/O: what --bench times.
+    let compute = || match implementation {
+        Impl::Plain => sdpa_batched(&q, &k, &v, mask.as_ref()).map(|att| (att.output, Some(att.weights))),
+        Impl::Tiled => tiled_sdpa_batched(&q, &k, &v, masking, Tiles::default()).map(|output| (output, None)),
+    };
+    let (output, weights) = compute().map_err(|e| explain(&e, &files))?;
+    let median_ms = paths.bench.map(|runs| timing::median_ms(runs, compute));
     let mut outputs = Outputs::default();
-    outputs.write(paths.out, &att.output)?;
-    if let Some(path) = paths.weights {
-        outputs.write(path, &att.weights)?;
+    outputs.write(paths.out, &output)?;
+    if let (Some(path), Some(weights)) = (paths.weights, &weights) {
+        outputs.write(path, weights)?;
     }
     if let Some(path) = paths.png {
         let picture = Picture {
             path,
             labels: paths.labels,
-            title: format!("Attention weights ({})", paths.mask.map_or("no mask".to_string(), |m| format!("mask: {m}"))),
+            title: format!(
+                "Attention weights ({})",
+                paths.mask.map_or("no mask".to_string(), |m| format!("mask: {m}"))
+            ),
             axes: &["batch", "head"][..n - 2],
         };
-        outputs.write_bytes(path, &picture.render(&att.weights, mask.as_ref().map(Mask::as_array))?)?;
+        let weights = weights.as_ref().expect("the plain path runs whenever --png is given");
+        outputs.write_bytes(path, &picture.render(weights, mask.as_ref().map(Mask::as_array))?)?;
     }
     let written = outputs.commit()?;
     let names: Vec<String> = written.iter().map(|p| p.display().to_string()).collect();
-    Ok(format!(
-        "attention over {} with L_q = {l_q}, L_k = {l_k}: wrote {} (output {}, weights {})",
+    let weights_shape = weights.map_or("not formed".to_string(), |w| shape_text(w.shape()));
+    let mut summary = format!(
+        "attention ({}) over {} with L_q = {l_q}, L_k = {l_k}: wrote {} (output {}, weights {weights_shape})",
+        implementation.name(),
         shape_text(q.shape()),
         names.join(" and "),
-        shape_text(att.output.shape()),
-        shape_text(att.weights.shape()),
-    ))
+        shape_text(output.shape()),
+    );
+    if let (Some(runs), Some(ms)) = (paths.bench, median_ms) {
+        summary += &format!(
+            "\n{} median of {runs} runs after one warm-up, without file I/O:\nmedian_ms={ms:.3}",
+            implementation.name()
+        );
+    }
+    Ok(summary)
 }
