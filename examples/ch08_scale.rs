@@ -141,6 +141,11 @@ fn report() -> Result<String, Box<dyn Error>> {
     Ok(out)
 }
 
+/// A chart against the sequence length, both axes logarithmic.
+fn against_l(title: String, y_label: &str) -> LineChart {
+    LineChart::new().title(title).x_label("sequence length L").y_label(y_label).x_axis(Axis::Log2).y_axis(Axis::Log10)
+}
+
 /// Draws this chapter's figures into `out_dir` and writes the report; returns the files written.
 pub fn render_figures(out_dir: &Path) -> Result<Vec<PathBuf>, Box<dyn Error>> {
     let tiles = Tiles { block_q: PICTURE_TILE, tile_k: PICTURE_TILE };
@@ -165,12 +170,7 @@ pub fn render_figures(out_dir: &Path) -> Result<Vec<PathBuf>, Box<dyn Error>> {
 
     let memory_png = out_dir.join("ch08_memory.png");
     let mib = |f: fn(usize) -> f64| MEMORY_LENGTHS.iter().map(move |&l| (l as f64, f(l) / MIB));
-    LineChart::new()
-        .title(format!("Memory beyond the inputs, one head, d = {D}, f32"))
-        .x_label("sequence length L")
-        .y_label("MiB")
-        .x_axis(Axis::Log2)
-        .y_axis(Axis::Log10)
+    against_l(format!("Memory beyond the inputs, one head, d = {D}, f32"), "MiB")
         .series("plain: scores + weights (L × L each) + output", mib(|l| extra_bytes(l, D).0 as f64))
         .series("tiled: 2 threads × one tile + output", mib(|l| extra_bytes(l, D).1 as f64))
         .series("the inputs Q, K, V", mib(|l| (3 * l * D * 4) as f64))
@@ -278,12 +278,7 @@ fn draw_timings(rows: &[Timing], path: &Path) -> Result<(), Box<dyn Error>> {
         .filter(|r| !r.causal)
         .map(|r| (r.l as f64, anchor.tiled_ms * (r.l as f64 / anchor.l as f64).powi(2)))
         .collect();
-    LineChart::new()
-        .title(format!("Attention time on this machine, f32, {HEADS} heads, d = {D}"))
-        .x_label("sequence length L")
-        .y_label("median ms")
-        .x_axis(Axis::Log2)
-        .y_axis(Axis::Log10)
+    against_l(format!("Attention time on this machine, f32, {HEADS} heads, d = {D}"), "median ms")
         .series("plain", series(false, |r| r.plain_ms))
         .series("plain, causal", series(true, |r| r.plain_ms))
         .series("tiled", series(false, |r| r.tiled_ms))

@@ -244,12 +244,8 @@ mod tiled {
         Mask::from_array(allowed).unwrap()
     }
 
-    fn tiled_config() -> ProptestConfig {
-        ProptestConfig { cases: 32, ..ProptestConfig::default() }
-    }
-
     proptest! {
-        #![proptest_config(tiled_config())]
+        #![proptest_config(config())]
 
         /// Online softmax is the stable softmax (−∞ entries included, an all −∞ row gives 0s).
         #[test]

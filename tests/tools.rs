@@ -51,6 +51,18 @@ fn qkv(case: &str) -> Vec<String> {
     list
 }
 
+/// [`qkv`] and, for `Some("causal")`, `--mask causal`, for `Some("file")`, `--mask` with the
+/// case's own `mask.npy`.
+fn qkv_masked(case: &str, mask: Option<&str>) -> Vec<String> {
+    let mut list = qkv(case);
+    match mask {
+        Some("causal") => list.extend(args(&["--mask", "causal"])),
+        Some("file") => list.extend(["--mask".to_string(), fixture("sdpa", case, "mask.npy")]),
+        _ => {}
+    }
+    list
+}
+
 /// The x and weight arguments of an MHA fixture case.
 fn x_and_weights(case: &str) -> Vec<String> {
     let mut list = vec!["--x".to_string(), fixture("mha", case, "x_q.npy")];
@@ -66,15 +78,12 @@ fn attend_reproduces_pytorch_on_numpy_files() {
     let dir = TempDir::new().unwrap();
     let (out, weights) = (out_path(&dir, "out.npy"), out_path(&dir, "w.npy"));
     for (case, mask) in [
-        ("f64_causal_L6_dk8", Some("causal".to_string())),
-        ("f64_bool_Lq4_Lk12", Some(fixture("sdpa", "f64_bool_Lq4_Lk12", "mask.npy"))),
-        ("f64_batch2_heads2_bool_L4", Some(fixture("sdpa", "f64_batch2_heads2_bool_L4", "mask.npy"))),
+        ("f64_causal_L6_dk8", Some("causal")),
+        ("f64_bool_Lq4_Lk12", Some("file")),
+        ("f64_batch2_heads2_bool_L4", Some("file")),
         ("f64_batch2_L5_dk4", None),
     ] {
-        let mut list = qkv(case);
-        if let Some(mask) = mask {
-            list.extend(["--mask".to_string(), mask]);
-        }
+        let mut list = qkv_masked(case, mask);
         list.extend(["--out".to_string(), out.clone(), "--weights".to_string(), weights.clone()]);
         let summary = attend::run(&list).unwrap_or_else(|e| panic!("{case}: {e}"));
         assert!(summary.contains("wrote"), "{summary}");
@@ -333,16 +342,13 @@ fn attend_tiled_reproduces_pytorch_and_the_plain_path() {
     let dir = TempDir::new().unwrap();
     let (tiled_out, plain_out) = (out_path(&dir, "tiled.npy"), out_path(&dir, "plain.npy"));
     for (case, mask) in [
-        ("f64_causal_L33_dk32", Some("causal".to_string())),
-        ("f64_causal_Lq3_Lk5", Some("causal".to_string())),
-        ("f64_fully_masked_rows_L5", Some(fixture("sdpa", "f64_fully_masked_rows_L5", "mask.npy"))),
-        ("f64_batch2_heads2_bool_L4", Some(fixture("sdpa", "f64_batch2_heads2_bool_L4", "mask.npy"))),
+        ("f64_causal_L33_dk32", Some("causal")),
+        ("f64_causal_Lq3_Lk5", Some("causal")),
+        ("f64_fully_masked_rows_L5", Some("file")),
+        ("f64_batch2_heads2_bool_L4", Some("file")),
         ("f64_batch2_L5_dk4", None),
     ] {
-        let mut list = qkv(case);
-        if let Some(mask) = mask {
-            list.extend(["--mask".to_string(), mask]);
-        }
+        let list = qkv_masked(case, mask);
         for (implementation, out) in [("tiled", &tiled_out), ("plain", &plain_out)] {
             let mut list = list.clone();
             list.extend(args(&["--out", out, "--impl", implementation]));
