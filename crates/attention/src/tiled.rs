@@ -318,8 +318,10 @@ pub fn tiled_sdpa_batched<A: Float, D: Dimension>(
         }
     }
     let scale = A::one() / A::from_len(d_k).sqrt();
+    // A short sequence needs less than a whole tile.
+    let scratch = Tiles { block_q: tiles.block_q.min(l_q), tile_k: tiles.tile_k.min(l_k) };
     tasks.into_par_iter().for_each_init(
-        || Scratch::new(tiles),
+        || Scratch::new(scratch),
         |scratch, (b, i0, out_block)| {
             let rows = i0..i0 + out_block.nrows();
             let visible = match (&masks, masking) {
