@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Times PyTorch's CPU scaled_dot_product_attention on the shapes chapter 8 times ours on.
 
-Run from the repository root (torch as pinned in tools/requirements.txt):
+Run it from anywhere in the repository (torch as pinned in tools/requirements.txt):
 
     python3 tools/bench_torch.py                 # PyTorch alone: CSV L,causal,torch_ms
     python3 tools/bench_torch.py --compare       # ours and PyTorch side by side
@@ -22,6 +22,7 @@ points when the numbers look noisy.
 import argparse
 import csv
 import io
+import pathlib
 import statistics
 import subprocess
 import sys
@@ -63,7 +64,8 @@ def our_times(lengths, runs, threads):
         "cargo", "run", "--quiet", "--release", "--example", "ch08_scale", "--",
         "--csv", "--lengths", ",".join(map(str, lengths)), "--runs", str(runs), "--threads", str(threads),
     ]
-    out = subprocess.run(command, check=True, capture_output=True, text=True).stdout
+    root = pathlib.Path(__file__).resolve().parent.parent
+    out = subprocess.run(command, check=True, capture_output=True, text=True, cwd=root).stdout
     rows = {}
     for r in csv.DictReader(io.StringIO(out)):
         rows[(int(r["L"]), r["causal"] == "true")] = (float(r["plain_ms"]), float(r["tiled_ms"]))

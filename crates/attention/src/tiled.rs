@@ -369,8 +369,8 @@ pub fn causal_tile_counts(l_q: usize, l_k: usize, tiles: Tiles) -> Result<Array2
     let (blocks, n_tiles) = (l_q.div_ceil(tiles.block_q), l_k.div_ceil(tiles.tile_k));
     Ok(Array2::from_shape_fn((blocks, n_tiles), |(b, t)| {
         let (i0, j0) = (b * tiles.block_q, t * tiles.tile_k);
-        let (n_q, end) = (tiles.block_q.min(l_q - i0), causal_end(i0, tiles.block_q.min(l_q - i0), l_k));
-        let keys = j0..(j0 + tiles.tile_k).min(end);
+        let n_q = tiles.block_q.min(l_q - i0); // the last block may be shorter
+        let keys = j0..(j0 + tiles.tile_k).min(causal_end(i0, n_q, l_k));
         (i0..i0 + n_q).map(|i| keys.clone().filter(|&j| j <= i).count()).sum()
     }))
 }
