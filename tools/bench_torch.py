@@ -11,8 +11,8 @@ and without is_causal=True, on torch.set_num_threads(2) (--threads to change). E
 once to warm up, then --runs times; the median wall-clock time is reported, as
 examples/ch08_scale.rs does for ours (same shapes, same thread count, same warm-up rule).
 
---compare first runs `cargo run --release --example ch08_scale -- --csv` with the same lengths,
-runs and threads, then prints one table: median ms of our plain path, our tiled path and
+--compare also runs `cargo run --release --example ch08_scale -- --csv` with the same runs and
+threads (one length at a time, alternating with PyTorch), then prints one table: median ms of our plain path, our tiled path and
 PyTorch, and the ratio tiled / PyTorch (below 1: ours is faster).
 
 The machine's other load shows up in every number: close other programs, and rerun the key
@@ -81,8 +81,15 @@ def main():
     args = parser.parse_args()
     lengths = [int(x) for x in args.lengths.split(",")]
 
-    ours = our_times(lengths, args.runs, args.threads) if args.compare else None
-    theirs = torch_times(lengths, args.runs, args.threads)
+    if args.compare:
+        # One length at a time, ours then PyTorch's, so that a change in the machine's load
+        # during the run affects both sides of a row alike.
+        ours, theirs = {}, []
+        for length in lengths:
+            ours.update(our_times([length], args.runs, args.threads))
+            theirs += torch_times([length], args.runs, args.threads)
+    else:
+        ours, theirs = None, torch_times(lengths, args.runs, args.threads)
     if ours is None:
         print("L,causal,torch_ms")
         for length, causal, ms in theirs:
