@@ -47,9 +47,7 @@ pub fn resolve(args: impl IntoIterator<Item = OsString>, env: Option<OsString>) 
     if from_args.as_ref().is_some_and(|d| d.as_os_str().is_empty()) {
         return Err("--out-dir needs a non-empty directory".into());
     }
-    Ok(from_args
-        .or_else(|| env.filter(|e| !e.is_empty()).map(PathBuf::from))
-        .unwrap_or_else(default_dir))
+    Ok(from_args.or_else(|| env.filter(|e| !e.is_empty()).map(PathBuf::from)).unwrap_or_else(default_dir))
 }
 
 /// What every chapter example exposes: draws its figures (and writes its report,
