@@ -2,6 +2,7 @@
 //!
 //! ```text
 //! cargo run --release --example ch08_scale [-- --out-dir DIR] [--timings] [--lengths 128,512] [--runs N] [--threads N]
+//! cargo run --release --example ch08_scale -- --figures-only [--out-dir DIR]
 //! cargo run --release --example ch08_scale -- --csv [--lengths ...] [--runs N] [--threads N]
 //! cargo run --release --example ch08_scale -- --peak plain|tiled|inputs --len L
 //! ```
@@ -13,6 +14,8 @@
 //! machine's: they go to the terminal only, and with `--timings` also to
 //! `ch08_time_vs_l.png` in the output directory, a figure the book does not commit.
 //!
+//! `--figures-only` stops after the figures and the report, before the timing sweep (what
+//! `cargo xtask figures` runs: regenerating the book's figures needs no measurement).
 //! `--csv` runs only the timing sweep and prints it as CSV (`tools/bench_torch.py --compare`
 //! reads it). `--peak` computes one head of length `L` once (or, for `inputs`, only builds the
 //! inputs) and exits, for measuring peak memory with `/usr/bin/time -v`
@@ -308,6 +311,8 @@ fn peak(what: &str, l: usize) -> Result<(), Box<dyn Error>> {
 /// The command line beyond `--out-dir`.
 struct Options {
     timings: bool,
+    /// Stop after the figures and the report: no timing sweep.
+    figures_only: bool,
     csv: bool,
     lengths: Vec<usize>,
     runs: usize,
@@ -319,6 +324,7 @@ struct Options {
 fn options() -> Result<Options, Box<dyn Error>> {
     let mut o = Options {
         timings: false,
+        figures_only: false,
         csv: false,
         lengths: LENGTHS.to_vec(),
         runs: 5,
@@ -334,6 +340,7 @@ fn options() -> Result<Options, Box<dyn Error>> {
     while let Some(arg) = args.next() {
         match arg.as_str() {
             "--timings" => o.timings = true,
+            "--figures-only" => o.figures_only = true,
             "--csv" => o.csv = true,
             "--runs" => o.runs = number(args.next(), "--runs")?,
             "--threads" => o.threads = number(args.next(), "--threads")?,
@@ -367,6 +374,9 @@ fn main() -> Result<(), Box<dyn Error>> {
         return Ok(());
     }
     common::run_chapter(render_figures)?;
+    if o.figures_only {
+        return Ok(());
+    }
     println!("\nTiming on this machine ({} runs after one warm-up each; takes a minute):", o.runs);
     let rows = sweep(&o.lengths, o.runs, o.threads)?;
     print!("{}", timing_table(&rows, o.threads, gemm_gflops()));

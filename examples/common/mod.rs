@@ -9,6 +9,9 @@
 //! ```
 //!
 //! `--out-dir` wins over `BOOK_IMG_DIR`, which wins over the default `<repository>/book/img`.
+//! Other arguments are the example's own; `cargo xtask figures` passes `--figures-only` to
+//! every chapter example, which those with extra work beyond the book's figures and report
+//! (chapter 8's timing sweep) honour and the others have no need to read.
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};

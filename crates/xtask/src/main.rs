@@ -112,14 +112,14 @@ fn build_book(root: &Path, bin: &Path) -> Result<()> {
         .run_without_warnings(|line| line.contains("mdbook_katex") && line.contains("was built against mdbook v0.5.3"))
 }
 
-/// Runs every chapter example (`examples/chNN_*.rs`) in release mode; each writes its figures
-/// into `book/img/`.
+/// Runs every chapter example (`examples/chNN_*.rs`) in release mode with `--figures-only`
+/// (chapter 8 then skips its timing sweep); each writes its figures and report into `book/img/`.
 fn figures(root: &Path) -> Result<()> {
     let examples = chapter_examples(root)?;
     step(&format!("regenerating figures ({} chapter examples)", examples.len()));
     for name in examples {
         Cmd::new("cargo")
-            .args(["run", "--quiet", "--release", "--example", &name])
+            .args(["run", "--quiet", "--release", "--example", &name, "--", "--figures-only"])
             .cwd(root)
             .quiet_stdout()
             .run()?;
