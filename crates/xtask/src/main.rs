@@ -46,7 +46,7 @@ fn dispatch(args: &[String]) -> Result<()> {
     match task.as_str() {
         "book" => book(&root, !has("--no-serve"), has("--open")),
         "test" => test(&root),
-        "tools" => tools::ensure().map(|_| ()),
+        "tools" => tools::ensure(&root).map(|_| ()),
         "deps" => deps::build_link_dir(&root).map(|dir| println!("{}", dir.display())),
         "figures" => figures(&root),
         "check-book" => integrity::check_book(&root),
@@ -65,7 +65,7 @@ fn workspace_root() -> PathBuf {
 
 /// Command 1: everything the book needs, then the rendered book.
 fn book(root: &Path, serve: bool, open: bool) -> Result<()> {
-    let bin = tools::ensure()?;
+    let bin = tools::ensure(root)?;
     figures(root)?;
     build_book(root, &bin)?;
     let index = root.join("target/book/html/index.html");
@@ -83,7 +83,7 @@ fn book(root: &Path, serve: bool, open: bool) -> Result<()> {
 
 /// Command 2: every test there is.
 fn test(root: &Path) -> Result<()> {
-    let bin = tools::ensure()?;
+    let bin = tools::ensure(root)?;
     step("cargo test --workspace (unit, integration and doc tests)");
     Cmd::new("cargo").args(["test", "--workspace"]).cwd(root).run()?;
     step("mdbook test (every snippet in the book)");

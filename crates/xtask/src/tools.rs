@@ -2,9 +2,10 @@
 //!
 //! They go into one install root outside the repository, shared by every clone:
 //! `$ATTENTION_BOOK_TOOLS` if set, else `$XDG_CACHE_HOME/attention-step-by-step`, else
-//! `~/.cache/attention-step-by-step`. Nothing is installed when the pinned versions are there.
+//! `~/.cache/attention-step-by-step` (or, without a `HOME`, `target/tools` in the repository).
+//! Nothing is installed when the pinned versions are there.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use crate::run::{Cmd, Result};
 
@@ -20,23 +21,25 @@ const TOOLS: [Tool; 3] = [
     Tool { krate: "mdbook-linkcheck2", version: "0.13.0" },
 ];
 
-/// The install root.
-fn root() -> Result<PathBuf> {
+/// The install root; with no `HOME` at all (some CI sandboxes), the repository's own
+/// `target/tools`.
+fn root(workspace: &Path) -> PathBuf {
     if let Some(dir) = std::env::var_os("ATTENTION_BOOK_TOOLS") {
-        return Ok(PathBuf::from(dir));
+        return PathBuf::from(dir);
     }
-    let cache = match std::env::var_os("XDG_CACHE_HOME") {
-        Some(dir) => PathBuf::from(dir),
-        None => PathBuf::from(std::env::var_os("HOME").ok_or("neither ATTENTION_BOOK_TOOLS nor HOME is set")?)
-            .join(".cache"),
-    };
-    Ok(cache.join("attention-step-by-step"))
+    let cache = std::env::var_os("XDG_CACHE_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|home| PathBuf::from(home).join(".cache")));
+    match cache {
+        Some(cache) => cache.join("attention-step-by-step"),
+        None => workspace.join("target/tools"),
+    }
 }
 
 /// Installs whatever pinned tool is missing (or at another version) and returns the `bin`
 /// directory that holds them all.
-pub fn ensure() -> Result<PathBuf> {
-    let root = root()?;
+pub fn ensure(workspace: &Path) -> Result<PathBuf> {
+    let root = root(workspace);
     let listed = Cmd::new("cargo").arg("install").arg("--list").arg("--root").arg(&root).output()?;
     for tool in &TOOLS {
         if is_installed(&listed, tool) {
