@@ -55,8 +55,8 @@ fn report() -> Result<String, Box<dyn Error>> {
     let (x, layer) = setup()?;
     let [q, k, v] = qkv(&x, &layer)?;
     writeln!(out, "X = (L, d_model) = {:?} (notebook 000)", x.dim())?;
-    for (name, w) in [("W_Q", layer.w_q()), ("W_K", layer.w_k()), ("W_V", layer.w_v())] {
-        writeln!(out, "{name} = (d_model, d_out) = {:?}, seed {SEED}:\n{:.3}", w.weight().dim(), w.weight())?;
+    for (name, width, w) in [("W_Q", "d_k", layer.w_q()), ("W_K", "d_k", layer.w_k()), ("W_V", "d_v", layer.w_v())] {
+        writeln!(out, "{name} = (d_model, {width}) = {:?}, seed {SEED}:\n{:.3}", w.weight().dim(), w.weight())?;
     }
     writeln!(out)?;
     for (name, m) in [("Q = X·W_Q", &q), ("K = X·W_K", &k), ("V = X·W_V", &v)] {
