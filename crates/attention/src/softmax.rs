@@ -4,9 +4,9 @@
 //! scores becomes a probability distribution over the keys.
 //!
 //! Computed literally ([`naive_softmax`]), `exp` overflows to ∞ for scores above about 709
-//! (`f64`) or 88 (`f32`) and the row becomes NaN. Subtracting the row's maximum first changes
-//! nothing mathematically (the factor `exp(-max)` cancels) but keeps every exponent ≤ 0, so
-//! nothing overflows ([`softmax`]). Masked entries are −∞ and get weight 0; a row whose every
+//! (`f64`) or 88 (`f32`), and that score's weight becomes ∞/∞ = NaN. Subtracting the row's
+//! maximum first changes nothing mathematically (the factor `exp(-max)` cancels) but keeps
+//! every exponent ≤ 0, so nothing overflows ([`softmax`]). Masked entries are −∞ and get weight 0; a row whose every
 //! entry is −∞ (a query with no visible key) gets all-zero weights instead of NaN, as PyTorch's
 //! `scaled_dot_product_attention` does.
 //!
@@ -73,8 +73,9 @@ pub fn softmax<A: Float, D: Dimension>(scores: &ArrayRef<A, D>) -> Array<A, D> {
 /// **For teaching only: do not use.** Softmax as the formula reads, `exp(x) / Σ exp(x)`, with
 /// no maximum subtracted.
 ///
-/// It overflows: a score above about 709 (`f64`) makes `exp` infinite and the row NaN, and
-/// a row that is entirely −∞ gives `0 / 0 = NaN`. [`softmax`] has neither problem.
+/// It overflows: a score above about 709 (`f64`) or 88 (`f32`) makes `exp` infinite and its
+/// weight ∞/∞ = NaN, and a row that is entirely −∞ gives `0 / 0 = NaN`. [`softmax`] has
+/// neither problem.
 ///
 /// ```
 /// use attention::softmax::{naive_softmax, softmax};
