@@ -6,8 +6,8 @@ use attention::{AttentionError, Result};
 use ndarray::{Array2, ArrayRef2, ArrayRef3, Axis, s};
 
 // ANCHOR: head_columns
-/// The part of a projection `W: (d_model, d_model)` that head `h` uses: its columns
-/// `h·d_head .. (h+1)·d_head`, a `(d_model, d_head)` matrix.
+/// The part of a projection `W: (d_model, d_model)` that head `i` (of `heads`) uses: its
+/// columns `i·d_head .. (i+1)·d_head`, a `(d_model, d_head)` matrix.
 ///
 /// ```
 /// use exercises::ch06::head_columns;
@@ -18,12 +18,12 @@ use ndarray::{Array2, ArrayRef2, ArrayRef3, Axis, s};
 /// assert_eq!(head_1.dim(), (4, 2));
 /// assert_eq!(head_1[[0, 0]], 2.0); // column 2 of W
 /// ```
-pub fn head_columns(w: &ArrayRef2<f64>, heads: usize, h: usize) -> Result<Array2<f64>> {
+pub fn head_columns(w: &ArrayRef2<f64>, heads: usize, i: usize) -> Result<Array2<f64>> {
     let d_head = head_width(w.ncols(), heads)?;
-    if h >= heads {
-        return Err(AttentionError::shape("head", &[h], &format!("a head index below {heads} was expected")));
+    if i >= heads {
+        return Err(AttentionError::shape("head", &[i], &format!("a head index below {heads} was expected")));
     }
-    Ok(w.slice(s![.., h * d_head..(h + 1) * d_head]).to_owned())
+    Ok(w.slice(s![.., i * d_head..(i + 1) * d_head]).to_owned())
 }
 // ANCHOR_END: head_columns
 
