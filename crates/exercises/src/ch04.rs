@@ -23,17 +23,25 @@ pub fn from_blocked(blocked: &ArrayRef2<bool>) -> Result<Mask> {
 
 // ANCHOR: from_additive
 /// Converts an additive mask (0 = keep, −∞ = block, as in notebook 004) into a [`Mask`].
-/// Any finite entry counts as keep: adding a finite number only shifts a score.
+///
+/// An entry blocks its key when `e^m` is 0: then the key drops out of softmax's numerator
+/// whatever its score. That covers −∞ and also the large finite stand-ins code writes for it
+/// (notebook 000's −1e9, BERT's −10000, `torch.finfo(dtype).min`): in every row with a visible
+/// key they give weight 0, so they mean "blocked" and must become `false`. A small entry such
+/// as −0.5 is a bias, not a mask; it keeps its key (and the bias itself is lost).
 ///
 /// ```
 /// use exercises::ch04::from_additive;
 /// use attention::mask::Mask;
+/// use ndarray::array;
 ///
 /// let additive = Mask::causal(3).to_additive::<f64>().into_dimensionality().unwrap();
 /// assert_eq!(from_additive(&additive).unwrap(), Mask::causal(3));
+/// let filled = array![[0.0, -1e9], [0.0, 0.0]]; // notebook 000's spelling of the same mask
+/// assert_eq!(from_additive(&filled).unwrap(), Mask::causal(2));
 /// ```
 pub fn from_additive(additive: &ArrayRef2<f64>) -> Result<Mask> {
-    Mask::from_array(additive.mapv(|m| m != f64::NEG_INFINITY))
+    Mask::from_array(additive.mapv(|m| m.exp() > 0.0))
 }
 // ANCHOR_END: from_additive
 
@@ -74,6 +82,7 @@ pub fn valid_lengths(batch: &[Vec<usize>], pad: usize) -> Vec<usize> {
 mod tests {
     use super::*;
     use attention::sdpa::sdpa;
+    use attention::softmax::softmax;
     use ndarray::array;
 
     #[test]
@@ -89,10 +98,21 @@ mod tests {
 
     #[test]
     fn additive_masks_round_trip() {
-        let m = array![[0.0, f64::NEG_INFINITY], [-1e9, 0.0]];
+        let m = array![[0.0, f64::NEG_INFINITY, -0.5], [-1e9, 0.0, -1e4]];
         let mask = from_additive(&m).unwrap();
         assert!(mask.allows(&[0, 0]) && !mask.allows(&[0, 1]));
-        assert!(mask.allows(&[1, 0]), "-1e9 is finite: it does not block");
+        assert!(mask.allows(&[0, 2]), "-0.5 is a bias: the key stays visible");
+        assert!(!mask.allows(&[1, 0]) && !mask.allows(&[1, 2]), "-1e9 and -1e4 stand in for -inf");
+        assert!(mask.allows(&[1, 1]));
+        // Converted, -1e9 gives the same weights as the additive mask wherever a key is visible.
+        let scores = array![[0.3, 1.2], [2.0, -0.7]];
+        let filled = array![[0.0, -1e9], [0.0, 0.0]];
+        let x = array![[1.0, 0.0], [0.0, 1.0]];
+        let additive_weights = softmax(&(&scores + &filled));
+        let mut blocked = scores.clone();
+        from_additive(&filled).unwrap().apply(&mut blocked).unwrap();
+        assert_eq!(softmax(&blocked), additive_weights);
+        assert!(sdpa(&x, &x, &x, Some(&from_additive(&filled).unwrap())).unwrap().weights[[0, 1]] == 0.0);
         let causal = Mask::causal(4).to_additive::<f64>().into_dimensionality().unwrap();
         assert_eq!(from_additive(&causal).unwrap(), Mask::causal(4));
     }
