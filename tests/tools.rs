@@ -317,6 +317,19 @@ fn attend_draws_the_weights_it_writes() {
     let mut list = qkv("f64_causal_L6_dk8");
     list.extend(args(&["--out", &out, "--png", &png]));
     assert_fails(attend::run, &list, &fresh, &png, "cannot write");
+
+    // More matrices than one image can show: refused, nothing written (not a truncated grid).
+    let many = TempDir::new().unwrap();
+    let x = ArrayD::<f64>::ones(IxDyn(&[reader_tools::MAX_PANELS + 1, 2, 3]));
+    let mut list = Vec::new();
+    for name in ["q", "k", "v"] {
+        let path = out_path(&many, &format!("{name}.npy"));
+        write_npy(&path, &x).unwrap();
+        list.extend([format!("--{name}"), path]);
+    }
+    let png = out_path(&many, "grid.png");
+    list.extend(["--out".to_string(), out_path(&many, "out.npy"), "--png".to_string(), png.clone()]);
+    assert_fails(attend::run, &list, &many, &png, "hold 65 matrices, more than the 64 one image can show");
 }
 
 #[test]
