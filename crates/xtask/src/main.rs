@@ -43,6 +43,9 @@ fn dispatch(args: &[String]) -> Result<()> {
         return Err(format!("unknown option `{bad}` for `{task}`\n{USAGE}").into());
     }
     let has = |flag: &str| flags.iter().any(|f| f == flag);
+    if has("--open") && has("--no-serve") {
+        return Err("--open opens the served book: it cannot go with --no-serve (open target/book/html/index.html yourself)".into());
+    }
     match task.as_str() {
         "book" => book(&root, !has("--no-serve"), has("--open")),
         "test" => test(&root),
