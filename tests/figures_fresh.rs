@@ -100,12 +100,14 @@ fn rendered() -> &'static Result<Rendered, String> {
 
 /// Renders each chapter into its own subdirectory and checks what it reports writing.
 fn render_all(chapters: &[(&'static str, Renderer)]) -> Result<Rendered, String> {
-    let dir = tempfile::tempdir().map_err(|e| format!("cannot create a temporary directory: {e}"))?;
+    let dir = tempfile::tempdir()
+        .map_err(|e| format!("cannot create a temporary directory: {e}"))?;
     let mut files = BTreeMap::new();
     for (i, &(source, render)) in chapters.iter().enumerate() {
         let out = dir.path().join(i.to_string());
         std::fs::create_dir(&out).map_err(|e| e.to_string())?;
-        let reported = render(&out).map_err(|e| format!("{source}: render_figures failed: {e}"))?;
+        let reported =
+            render(&out).map_err(|e| format!("{source}: render_figures failed: {e}"))?;
         let on_disk = list_files(&out)?;
         let mut names = BTreeSet::new();
         for path in &reported {
@@ -114,19 +116,30 @@ fn render_all(chapters: &[(&'static str, Renderer)]) -> Result<Rendered, String>
                 .ok()
                 .and_then(|p| p.to_str())
                 .filter(|n| !n.contains(['/', '\\']))
-                .ok_or_else(|| format!("{source}: reported {} which is not a file directly in the directory it was given", path.display()))?;
+                .ok_or_else(|| {
+                    format!(
+                        "{source}: reported {} which is not a file directly in the directory \
+                         it was given",
+                        path.display()
+                    )
+                })?;
             if !on_disk.contains(name) {
                 return Err(format!("{source}: reported {name} but did not write it"));
             }
             names.insert(name.to_string());
         }
         if let Some(extra) = on_disk.difference(&names).next() {
-            return Err(format!("{source}: wrote {extra} without returning it from render_figures"));
+            return Err(format!(
+                "{source}: wrote {extra} without returning it from render_figures"
+            ));
         }
         for name in names {
             let path = out.join(&name);
             if let Some((other, _)) = files.insert(name.clone(), (source, path)) {
-                return Err(format!("{name} is drawn by both {other} and {source}: give each figure its own name"));
+                return Err(format!(
+                    "{name} is drawn by both {other} and {source}: \
+                     give each figure its own name"
+                ));
             }
         }
     }
@@ -135,7 +148,8 @@ fn render_all(chapters: &[(&'static str, Renderer)]) -> Result<Rendered, String>
 
 /// The names of the files directly in `dir`.
 fn list_files(dir: &Path) -> Result<BTreeSet<String>, String> {
-    let entries = std::fs::read_dir(dir).map_err(|e| format!("cannot read {}: {e}", dir.display()))?;
+    let entries =
+        std::fs::read_dir(dir).map_err(|e| format!("cannot read {}: {e}", dir.display()))?;
     let mut names = BTreeSet::new();
     for entry in entries {
         let entry = entry.map_err(|e| e.to_string())?;
@@ -148,7 +162,10 @@ fn list_files(dir: &Path) -> Result<BTreeSet<String>, String> {
 
 /// Compares fresh files (name → path) with the committed ones in `committed`: one message
 /// per figure that is missing there or differs byte for byte.
-fn stale_files<'a>(fresh: impl IntoIterator<Item = (&'a str, &'a Path)>, committed: &Path) -> Vec<String> {
+fn stale_files<'a>(
+    fresh: impl IntoIterator<Item = (&'a str, &'a Path)>,
+    committed: &Path,
+) -> Vec<String> {
     let mut problems = Vec::new();
     for (name, path) in fresh {
         let want = std::fs::read(path).unwrap_or_default();
@@ -156,7 +173,8 @@ fn stale_files<'a>(fresh: impl IntoIterator<Item = (&'a str, &'a Path)>, committ
         let shown = shown.strip_prefix(root()).unwrap_or(&shown);
         match std::fs::read(committed.join(name)) {
             Err(_) => problems.push(format!("{} is missing", shown.display())),
-            Ok(have) if have != want => problems.push(format!("{} differs from what its example writes now", shown.display())),
+            Ok(have) if have != want => problems
+                .push(format!("{} differs from what its example writes now", shown.display())),
             Ok(_) => {}
         }
     }
@@ -168,7 +186,9 @@ fn image_refs(markdown: &str) -> BTreeSet<String> {
     let mut refs = BTreeSet::new();
     for (at, _) in markdown.match_indices("img/") {
         let rest = &markdown[at + 4..];
-        let end = rest.find(|c: char| !(c.is_alphanumeric() || "_-.".contains(c))).unwrap_or(rest.len());
+        let end = rest
+            .find(|c: char| !(c.is_alphanumeric() || "_-.".contains(c)))
+            .unwrap_or(rest.len());
         let name = &rest[..end];
         if name.ends_with(".png") {
             refs.insert(name.to_string());
@@ -202,13 +222,17 @@ fn committed_figures_match_the_examples() {
     let problems = stale_files(fresh, &root().join("book/img"));
     assert!(
         problems.is_empty(),
-        "stale figures or outputs:\n  {}\nregenerate them (cargo xtask figures, or cargo run --release --example chNN_...) and commit book/img/",
+        "stale figures or outputs:\n  {}\nregenerate them (cargo xtask figures, or \
+         cargo run --release --example chNN_...) and commit book/img/",
         problems.join("\n  ")
     );
     // Files nobody writes any more are worth a note, not a failure (they may be hand-made).
     if let Ok(committed) = list_files(&root().join("book/img")) {
         for orphan in committed.iter().filter(|n| !rendered.files.contains_key(*n)) {
-            eprintln!("note: book/img/{orphan} is committed but no registered chapter example writes it");
+            eprintln!(
+                "note: book/img/{orphan} is committed \
+                 but no registered chapter example writes it"
+            );
         }
     }
 }
@@ -222,7 +246,10 @@ fn the_book_shows_only_generated_figures() {
         for name in image_refs(&text) {
             if !rendered.files.contains_key(&name) {
                 let shown = md.strip_prefix(root()).unwrap_or(&md);
-                problems.push(format!("{} shows img/{name}, which no registered chapter example draws", shown.display()));
+                problems.push(format!(
+                    "{} shows img/{name}, which no registered chapter example draws",
+                    shown.display()
+                ));
             }
         }
     }
@@ -233,17 +260,28 @@ fn the_book_shows_only_generated_figures() {
 fn a_figure_that_differs_or_is_missing_is_named() {
     let fresh = tempfile::tempdir().unwrap();
     let committed = tempfile::tempdir().unwrap();
-    for (name, bytes) in [("same.png", &b"abc"[..]), ("edited.png", b"abc"), ("new.png", b"abc")] {
+    for (name, bytes) in
+        [("same.png", &b"abc"[..]), ("edited.png", b"abc"), ("new.png", b"abc")]
+    {
         std::fs::write(fresh.path().join(name), bytes).unwrap();
     }
     std::fs::write(committed.path().join("same.png"), b"abc").unwrap();
     std::fs::write(committed.path().join("edited.png"), b"abd").unwrap();
     let names = ["same.png", "edited.png", "new.png"];
     let paths: Vec<PathBuf> = names.iter().map(|n| fresh.path().join(n)).collect();
-    let problems = stale_files(names.iter().copied().zip(paths.iter().map(PathBuf::as_path)), committed.path());
+    let problems = stale_files(
+        names.iter().copied().zip(paths.iter().map(PathBuf::as_path)),
+        committed.path(),
+    );
     assert_eq!(problems.len(), 2, "{problems:?}");
-    assert!(problems[0].contains("edited.png") && problems[0].contains("differs"), "{problems:?}");
-    assert!(problems[1].contains("new.png") && problems[1].contains("missing"), "{problems:?}");
+    assert!(
+        problems[0].contains("edited.png") && problems[0].contains("differs"),
+        "{problems:?}"
+    );
+    assert!(
+        problems[1].contains("new.png") && problems[1].contains("missing"),
+        "{problems:?}"
+    );
 }
 
 #[test]
@@ -251,7 +289,9 @@ fn real_figures_are_compared_byte_for_byte() {
     // A rendered figure equals itself on a second rendering, and a one-byte edit is caught.
     fn draw(out: &Path) -> Result<Vec<PathBuf>, Box<dyn Error>> {
         let path = out.join("t_weights.png");
-        figures::Heatmap::new(&ndarray::array![[0.25, 0.75], [0.5, 0.5]]).labels(&["a", "b"]).save(&path)?;
+        figures::Heatmap::new(&ndarray::array![[0.25, 0.75], [0.5, 0.5]])
+            .labels(&["a", "b"])
+            .save(&path)?;
         Ok(vec![path])
     }
     let first = render_all(&[("test", draw)]).unwrap();
@@ -281,7 +321,10 @@ fn render_all_rejects_unreported_and_duplicate_files() {
     let err = render_all(&[("sneaky.rs", sneaky)]).err().unwrap();
     assert!(err.contains("hidden.png"), "{err}");
     let err = render_all(&[("one.rs", one), ("two.rs", one)]).err().unwrap();
-    assert!(err.contains("a.png") && err.contains("one.rs") && err.contains("two.rs"), "{err}");
+    assert!(
+        err.contains("a.png") && err.contains("one.rs") && err.contains("two.rs"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -299,7 +342,13 @@ fn out_dir_prefers_the_flag_then_the_environment() {
     let env = Some(OsString::from("/from/env"));
     assert_eq!(common::resolve(args(&[]), None).unwrap(), root().join("book/img"));
     assert_eq!(common::resolve(args(&[]), env.clone()).unwrap(), PathBuf::from("/from/env"));
-    assert_eq!(common::resolve(args(&["--out-dir", "/x"]), env.clone()).unwrap(), PathBuf::from("/x"));
-    assert_eq!(common::resolve(args(&["--seed", "3", "--out-dir=/y"]), env).unwrap(), PathBuf::from("/y"));
+    assert_eq!(
+        common::resolve(args(&["--out-dir", "/x"]), env.clone()).unwrap(),
+        PathBuf::from("/x")
+    );
+    assert_eq!(
+        common::resolve(args(&["--seed", "3", "--out-dir=/y"]), env).unwrap(),
+        PathBuf::from("/y")
+    );
     assert!(common::resolve(args(&["--out-dir"]), None).is_err());
 }

@@ -46,7 +46,8 @@ proptest! {
     #[test]
     fn weight_rows_sum_to_one_or_zero(
         (q, k, v, allowed) in sizes().prop_flat_map(|(l_q, l_k, d_k, d_v)| {
-            (matrix(l_q, d_k, 4.0), matrix(l_k, d_k, 4.0), matrix(l_k, d_v, 4.0), bool_matrix(l_q, l_k))
+            let (q, k) = (matrix(l_q, d_k, 4.0), matrix(l_k, d_k, 4.0));
+            (q, k, matrix(l_k, d_v, 4.0), bool_matrix(l_q, l_k))
         })
     ) {
         let mask = Mask::from_array(allowed.clone()).unwrap();
@@ -55,7 +56,8 @@ proptest! {
             prop_assert!(row.iter().all(|&w| (0.0..=1.0).contains(&w)));
             let visible = allowed.row(i).iter().any(|&ok| ok);
             let expected = if visible { 1.0 } else { 0.0 };
-            prop_assert!((row.sum() - expected).abs() < 1e-12, "row {} sums to {}", i, row.sum());
+            let sum = row.sum();
+            prop_assert!((sum - expected).abs() < 1e-12, "row {} sums to {}", i, sum);
             if !visible {
                 prop_assert!(att.output.row(i).iter().all(|&x| x == 0.0));
             }
@@ -90,7 +92,8 @@ proptest! {
         })
     ) {
         let d = x.ncols();
-        let layer = SelfAttention::<f64>::random(d, 3, 2, &mut StdRng::seed_from_u64(seed)).unwrap();
+        let mut rng = StdRng::seed_from_u64(seed);
+        let layer = SelfAttention::<f64>::random(d, 3, 2, &mut rng).unwrap();
         let permuted = x.select(Axis(0), &perm);
         let out = layer.forward(&x, None).unwrap().output;
         let out_permuted = layer.forward(&permuted, None).unwrap().output;
@@ -109,18 +112,20 @@ proptest! {
     ) {
         let (l, d) = x.dim();
         let heads = d / 2;
-        let mha = MultiHeadAttention::<f64>::random(d, heads, &mut StdRng::seed_from_u64(seed)).unwrap();
+        let mha = MultiHeadAttention::<f64>::random(d, heads, &mut StdRng::seed_from_u64(seed))
+            .unwrap();
         let mut changed = x.clone();
         changed.slice_mut(s![t + 1.., ..]).assign(&future.slice(s![t + 1.., ..]));
         let causal = Mask::causal(l);
         let a = mha.forward(&x, Some(&causal)).unwrap();
         let b = mha.forward(&changed, Some(&causal)).unwrap();
-        prop_assert!(max_diff(&a.output.slice(s![..=t, ..]), &b.output.slice(s![..=t, ..])) < 1e-12);
+        let past = s![..=t, ..];
+        prop_assert!(max_diff(&a.output.slice(past), &b.output.slice(past)) < 1e-12);
         // …while without the mask, a change in the future generally reaches the past.
         if t + 1 < l && max_diff(&x, &changed) > 1e-3 {
             let c = mha.forward(&x, None).unwrap();
             let e = mha.forward(&changed, None).unwrap();
-            prop_assert!(max_diff(&c.output.slice(s![..=t, ..]), &e.output.slice(s![..=t, ..])) > 0.0);
+            prop_assert!(max_diff(&c.output.slice(past), &e.output.slice(past)) > 0.0);
         }
     }
     // ANCHOR_END: causal_future
@@ -130,12 +135,15 @@ proptest! {
     #[test]
     fn one_head_is_self_attention(
         (x, w_q, w_k, w_v, w_o, causal) in (1..=8usize, 1..=6usize).prop_flat_map(|(l, d)| {
-            (matrix(l, d, 2.0), matrix(d, d, 1.0), matrix(d, d, 1.0), matrix(d, d, 1.0), matrix(d, d, 1.0), any::<bool>())
+            let w = || matrix(d, d, 1.0);
+            (matrix(l, d, 2.0), w(), w(), w(), w(), any::<bool>())
         })
     ) {
         let mask = causal.then(|| Mask::causal(x.nrows()));
-        let mha = MultiHeadAttention::new(w_q.clone(), w_k.clone(), w_v.clone(), w_o.clone(), 1).unwrap();
-        let single = SelfAttention::new(w_q, w_k, w_v).unwrap().forward(&x, mask.as_ref()).unwrap();
+        let (q, k, v, o) = (w_q.clone(), w_k.clone(), w_v.clone(), w_o.clone());
+        let mha = MultiHeadAttention::new(q, k, v, o, 1).unwrap();
+        let single = SelfAttention::new(w_q, w_k, w_v).unwrap();
+        let single = single.forward(&x, mask.as_ref()).unwrap();
         let multi = mha.forward(&x, mask.as_ref()).unwrap();
         prop_assert!(max_diff(&multi.output, &single.output.dot(&w_o)) < 1e-12);
         prop_assert!(max_diff(&multi.weights.index_axis(Axis(0), 0), &single.weights) < 1e-12);
@@ -146,11 +154,13 @@ proptest! {
     /// The explicit loop over heads and the reshape version agree.
     #[test]
     fn per_head_loop_agrees_with_reshape(
-        (x, heads, seed) in (1..=8usize, 1..=4usize, 1..=3usize).prop_flat_map(|(l, heads, d_head)| {
-            (matrix(l, heads * d_head, 3.0), Just(heads), any::<u64>())
-        })
+        (x, heads, seed) in (1..=8usize, 1..=4usize, 1..=3usize)
+            .prop_flat_map(|(l, heads, d_head)| {
+                (matrix(l, heads * d_head, 3.0), Just(heads), any::<u64>())
+            })
     ) {
-        let mha = MultiHeadAttention::<f64>::random(x.ncols(), heads, &mut StdRng::seed_from_u64(seed)).unwrap();
+        let mut rng = StdRng::seed_from_u64(seed);
+        let mha = MultiHeadAttention::<f64>::random(x.ncols(), heads, &mut rng).unwrap();
         let mask = Mask::causal(x.nrows());
         let looped = mha.forward_per_head(&x, Some(&mask)).unwrap();
         let reshaped = mha.forward(&x, Some(&mask)).unwrap();
@@ -163,17 +173,20 @@ proptest! {
     /// columns h·d_head .. (h+1)·d_head.
     #[test]
     fn split_then_merge_is_identity(
-        (x, heads) in (1..=3usize, 1..=6usize, 1..=4usize, 1..=4usize).prop_flat_map(|(batch, l, heads, d_head)| {
-            (prop::collection::vec(-9.0..9.0f64, batch * l * heads * d_head)
-                .prop_map(move |data| Array3::from_shape_vec((batch, l, heads * d_head), data).unwrap()),
-             Just(heads))
-        })
+        (x, heads) in (1..=3usize, 1..=6usize, 1..=4usize, 1..=4usize)
+            .prop_flat_map(|(batch, l, heads, d_head)| {
+                let shape = (batch, l, heads * d_head);
+                (prop::collection::vec(-9.0..9.0f64, batch * l * heads * d_head)
+                    .prop_map(move |data| Array3::from_shape_vec(shape, data).unwrap()),
+                 Just(heads))
+            })
     ) {
         let split = split_heads(&x, heads).unwrap();
         let d_head = x.dim().2 / heads;
         prop_assert_eq!(split.dim(), (x.dim().0, heads, x.dim().1, d_head));
         for h in 0..heads {
-            prop_assert_eq!(split.slice(s![.., h, .., ..]), x.slice(s![.., .., h * d_head..(h + 1) * d_head]));
+            let columns = s![.., .., h * d_head..(h + 1) * d_head];
+            prop_assert_eq!(split.slice(s![.., h, .., ..]), x.slice(columns));
         }
         prop_assert_eq!(merge_heads(&split).unwrap(), x);
     }
@@ -192,7 +205,8 @@ proptest! {
         let att = sdpa_batched(&x, &x, &x, Some(&padding)).unwrap();
         for (b, &valid_b) in valid.iter().enumerate() {
             let item = x.index_axis(Axis(0), b);
-            let own = Mask::from_array(padding.as_array().index_axis(Axis(0), b).to_owned()).unwrap();
+            let own = padding.as_array().index_axis(Axis(0), b).to_owned();
+            let own = Mask::from_array(own).unwrap();
             let one = sdpa(&item, &item, &item, Some(&own)).unwrap();
             prop_assert!(max_diff(&att.output.index_axis(Axis(0), b), &one.output) < 1e-12);
             // No weight ever lands on padding.
@@ -250,7 +264,10 @@ mod tiled {
         /// Online softmax is the stable softmax (−∞ entries included, an all −∞ row gives 0s).
         #[test]
         fn online_softmax_is_the_stable_softmax(
-            row in prop::collection::vec(prop_oneof![3 => -50.0..50.0f64, 1 => Just(f64::NEG_INFINITY)], 1..=20)
+            row in prop::collection::vec(
+                prop_oneof![3 => -50.0..50.0f64, 1 => Just(f64::NEG_INFINITY)],
+                1..=20,
+            )
         ) {
             let row = Array1::from(row);
             let mut stable = row.clone();
@@ -263,7 +280,8 @@ mod tiled {
         #[test]
         fn tiled_equals_plain_f64(
             (q, k, v, allowed) in long_sizes().prop_flat_map(|(l_q, l_k, d_k, d_v)| {
-                (matrix(l_q, d_k, 4.0), matrix(l_k, d_k, 4.0), matrix(l_k, d_v, 4.0), bool_matrix(l_q, l_k))
+                let (q, k) = (matrix(l_q, d_k, 4.0), matrix(l_k, d_k, 4.0));
+                (q, k, matrix(l_k, d_v, 4.0), bool_matrix(l_q, l_k))
             }),
             tiles in tiles(),
             blank in 0..5usize,
@@ -278,11 +296,13 @@ mod tiled {
             ] {
                 let plain = sdpa(&q, &k, &v, plain_mask).unwrap();
                 let tiled = tiled_sdpa(&q, &k, &v, masking, tiles).unwrap();
-                prop_assert!(max_diff(&tiled, &plain.output) < 1e-12, "{:?} {:?}", masking, tiles);
+                let diff = max_diff(&tiled, &plain.output);
+                prop_assert!(diff < 1e-12, "{:?} {:?}", masking, tiles);
                 if let Some(m) = plain_mask {
                     for (i, row) in tiled.rows().into_iter().enumerate() {
                         if !m.as_array().index_axis(Axis(0), i).iter().any(|&ok| ok) {
-                            prop_assert!(row.iter().all(|&x| x == 0.0), "row {} sees no key", i);
+                            let zeros = row.iter().all(|&x| x == 0.0);
+                            prop_assert!(zeros, "row {} sees no key", i);
                         }
                     }
                 }
@@ -300,15 +320,19 @@ mod tiled {
         ) {
             use rand::Rng;
             let mut rng = StdRng::seed_from_u64(seed);
-            let mut random = |shape| Array4::from_shape_simple_fn(shape, || rng.random_range(-3.0..3.0f32));
-            let (q, k, v) = (random((batch, heads, l, d)), random((batch, heads, l, d)), random((batch, heads, l, d)));
+            let shape = (batch, heads, l, d);
+            let mut random =
+                || Array4::from_shape_simple_fn(shape, || rng.random_range(-3.0..3.0f32));
+            let (q, k, v) = (random(), random(), random());
             let mut rng = StdRng::seed_from_u64(seed ^ 1);
-            let allowed = Array4::from_shape_simple_fn((batch, 1, l, l), || rng.random_bool(0.7));
+            let allowed =
+                Array4::from_shape_simple_fn((batch, 1, l, l), || rng.random_bool(0.7));
             let mask = Mask::from_array(allowed).unwrap();
             let mask = if causal { mask.and(&Mask::causal(l)).unwrap() } else { mask };
             let plain = sdpa_batched(&q, &k, &v, Some(&mask)).unwrap();
             let tiled = tiled_sdpa_batched(&q, &k, &v, Masking::Mask(&mask), tiles).unwrap();
-            let diff = tiled.iter().zip(plain.output.iter()).map(|(a, b)| (a - b).abs()).fold(0.0, f32::max);
+            let diffs = tiled.iter().zip(plain.output.iter()).map(|(a, b)| (a - b).abs());
+            let diff = diffs.fold(0.0, f32::max);
             prop_assert!(diff < 1e-5, "differs by {} with {:?}", diff, tiles);
         }
     }
@@ -316,12 +340,18 @@ mod tiled {
     #[test]
     fn tile_sizes_of_zero_and_bad_masks_are_errors() {
         let x = Array2::<f64>::zeros((4, 2));
-        let err = tiled_sdpa(&x, &x, &x, Masking::All, Tiles { block_q: 0, tile_k: 4 }).unwrap_err();
+        let err =
+            tiled_sdpa(&x, &x, &x, Masking::All, Tiles { block_q: 0, tile_k: 4 }).unwrap_err();
         assert_eq!(err.to_string(), "tiles has block_q = 0: it must be at least 1");
-        let err = tiled_sdpa(&x, &x, &x, Masking::All, Tiles { block_q: 4, tile_k: 0 }).unwrap_err();
+        let err =
+            tiled_sdpa(&x, &x, &x, Masking::All, Tiles { block_q: 4, tile_k: 0 }).unwrap_err();
         assert_eq!(err.to_string(), "tiles has tile_k = 0: it must be at least 1");
-        let err = tiled_sdpa(&x, &x, &x, Masking::Mask(&Mask::causal(3)), Tiles::default()).unwrap_err();
-        assert_eq!(err.to_string(), "mask has shape [3, 3], which does not broadcast to the scores' shape [4, 4]");
+        let err = tiled_sdpa(&x, &x, &x, Masking::Mask(&Mask::causal(3)), Tiles::default())
+            .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "mask has shape [3, 3], which does not broadcast to the scores' shape [4, 4]"
+        );
         let plain = sdpa(&x, &x, &x, Some(&Mask::causal(3))).unwrap_err();
         assert_eq!(err, plain, "the same error as the plain path");
         let y = Array2::<f64>::zeros((4, 3));

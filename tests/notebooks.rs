@@ -12,7 +12,12 @@ use attention::softmax::softmax;
 use ndarray::{Array, ArrayRef, Dimension, arr1, arr2};
 
 /// Asserts `|got - expected| ≤ tolerance` entry by entry, naming the worst entry.
-fn assert_close<D: Dimension>(what: &str, got: &ArrayRef<f64, D>, expected: &ArrayRef<f64, D>, tolerance: f64) {
+fn assert_close<D: Dimension>(
+    what: &str,
+    got: &ArrayRef<f64, D>,
+    expected: &ArrayRef<f64, D>,
+    tolerance: f64,
+) {
     assert_eq!(got.shape(), expected.shape(), "{what}: shapes");
     let (index, diff) = got
         .iter()
@@ -22,12 +27,16 @@ fn assert_close<D: Dimension>(what: &str, got: &ArrayRef<f64, D>, expected: &Arr
         .fold((0, 0.0), |best, (i, d)| if d > best.1 || d.is_nan() { (i, d) } else { best });
     assert!(
         diff <= tolerance,
-        "{what}: entry {index} differs by {diff:e} > {tolerance:e}\ngot {got}\nexpected {expected}"
+        "{what}: entry {index} differs by {diff:e} > {tolerance:e}\n\
+         got {got}\nexpected {expected}"
     );
 }
 
 fn assert_scalar(what: &str, got: f64, expected: f64, tolerance: f64) {
-    assert!((got - expected).abs() <= tolerance, "{what}: got {got}, expected {expected}, tolerance {tolerance:e}");
+    assert!(
+        (got - expected).abs() <= tolerance,
+        "{what}: got {got}, expected {expected}, tolerance {tolerance:e}"
+    );
 }
 
 #[test]
@@ -107,7 +116,12 @@ fn nb002_printed_weights_come_from_a_whole_matrix_softmax() {
     Mask::causal(4).apply(&mut masked).unwrap();
     let exp = masked.mapv(f64::exp);
     let buggy: Array<f64, _> = &exp / exp.sum();
-    assert_close("nb002 whole-matrix softmax", &buggy, &arr2(&nb002::WHOLE_MATRIX_SOFTMAX), nb002::TOLERANCE);
+    assert_close(
+        "nb002 whole-matrix softmax",
+        &buggy,
+        &arr2(&nb002::WHOLE_MATRIX_SOFTMAX),
+        nb002::TOLERANCE,
+    );
     // The crate's row softmax gives rows that sum to 1, unlike the notebook's.
     let rows = softmax(&masked);
     for row in rows.rows() {
@@ -147,7 +161,12 @@ fn nb004_scores_and_variances() {
 fn nb004_causal_weights_and_new_v() {
     let (q, k, v) = (arr2(&nb004::Q), arr2(&nb004::K), arr2(&nb004::V));
     let att = sdpa(&q, &k, &v, Some(&Mask::causal(4))).unwrap();
-    assert_close("nb004 weights", &att.weights, &arr2(&nb004::CAUSAL_WEIGHTS), nb004::TOLERANCE);
+    assert_close(
+        "nb004 weights",
+        &att.weights,
+        &arr2(&nb004::CAUSAL_WEIGHTS),
+        nb004::TOLERANCE,
+    );
     assert_close("nb004 new V", &att.output, &arr2(&nb004::NEW_V), nb004::TOLERANCE);
 }
 
@@ -157,7 +176,12 @@ fn nb004_additive_mask_gives_the_same_weights() {
     let additive = Mask::causal(4).to_additive::<f64>();
     let masked = arr2(&nb004::SCALED).into_dyn() + additive;
     let weights = softmax(&masked);
-    assert_close("nb004 additive", &weights, &arr2(&nb004::CAUSAL_WEIGHTS).into_dyn(), nb004::TOLERANCE);
+    assert_close(
+        "nb004 additive",
+        &weights,
+        &arr2(&nb004::CAUSAL_WEIGHTS).into_dyn(),
+        nb004::TOLERANCE,
+    );
 }
 
 #[test]

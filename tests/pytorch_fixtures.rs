@@ -29,7 +29,10 @@ fn cases(kind: &str, dtype: &str) -> Vec<PathBuf> {
     let mut dirs: Vec<PathBuf> = std::fs::read_dir(fixture_dir(kind))
         .unwrap_or_else(|e| panic!("cannot list the {kind} fixtures: {e}"))
         .map(|entry| entry.unwrap().path())
-        .filter(|p| p.is_dir() && p.file_name().unwrap().to_string_lossy().starts_with(&format!("{dtype}_")))
+        .filter(|p| {
+            p.is_dir()
+                && p.file_name().unwrap().to_string_lossy().starts_with(&format!("{dtype}_"))
+        })
         .collect();
     dirs.sort();
     dirs
@@ -62,9 +65,19 @@ fn max_diff<A: Float>(case: &Path, what: &str, got: &ArrayD<A>, expected: &Array
         .fold(0.0, f64::max)
 }
 
-fn assert_close<A: Float>(case: &Path, what: &str, got: &ArrayD<A>, expected: &ArrayD<A>, tolerance: f64) {
+fn assert_close<A: Float>(
+    case: &Path,
+    what: &str,
+    got: &ArrayD<A>,
+    expected: &ArrayD<A>,
+    tolerance: f64,
+) {
     let diff = max_diff(case, what, got, expected);
-    assert!(diff <= tolerance, "{}: {what} differs from PyTorch by {diff:e} > {tolerance:e}", case.display());
+    assert!(
+        diff <= tolerance,
+        "{}: {what} differs from PyTorch by {diff:e} > {tolerance:e}",
+        case.display()
+    );
 }
 
 fn two_d<A: Clone>(a: &ArrayD<A>) -> ndarray::ArrayView2<'_, A> {
@@ -83,7 +96,13 @@ fn check_sdpa_cases<A: Float + ReadableElement + Debug>(dtype: &str, tolerance: 
         if n == 2 {
             // The plain 2-D function, the one the chapters show, must give the same.
             let plain = sdpa(&two_d(&q), &two_d(&k), &two_d(&v), mask.as_ref()).unwrap();
-            assert_close(dir, "sdpa vs sdpa_batched", &plain.output.into_dyn(), &att.output, tolerance);
+            assert_close(
+                dir,
+                "sdpa vs sdpa_batched",
+                &plain.output.into_dyn(),
+                &att.output,
+                tolerance,
+            );
         }
         check_tiled_case(dir, (&q, &k, &v), mask.as_ref(), &att.output, tolerance);
     }
@@ -106,13 +125,19 @@ fn check_tiled_case<A: Float + ReadableElement>(
         maskings.push(Masking::Causal);
     }
     for masking in maskings {
-        for tiles in [Tiles::default(), Tiles { block_q: 3, tile_k: 5 }, Tiles { block_q: 1, tile_k: 1 }] {
+        for tiles in [
+            Tiles::default(),
+            Tiles { block_q: 3, tile_k: 5 },
+            Tiles { block_q: 1, tile_k: 1 },
+        ] {
             let tiled = tiled_sdpa_batched(q, k, v, masking, tiles).unwrap();
             let what = format!("tiled output ({masking:?}, {tiles:?})");
             assert_close(dir, &format!("{what} vs PyTorch"), &tiled, &torch, tolerance);
             assert_close(dir, &format!("{what} vs the plain path"), &tiled, plain, tolerance);
             if q.ndim() == 2 {
-                let two = tiled_sdpa(&two_d(q), &two_d(k), &two_d(v), masking, tiles).unwrap().into_dyn();
+                let two = tiled_sdpa(&two_d(q), &two_d(k), &two_d(v), masking, tiles)
+                    .unwrap()
+                    .into_dyn();
                 assert_close(dir, &format!("{what}, 2-D"), &two, &tiled, 0.0);
             }
         }
@@ -121,12 +146,20 @@ fn check_tiled_case<A: Float + ReadableElement>(
 
 #[test]
 fn sdpa_matches_pytorch_f64() {
-    assert_eq!(check_sdpa_cases::<f64>("f64", F64_TOLERANCE), 22, "expected 22 f64 SDPA cases");
+    assert_eq!(
+        check_sdpa_cases::<f64>("f64", F64_TOLERANCE),
+        22,
+        "expected 22 f64 SDPA cases"
+    );
 }
 
 #[test]
 fn sdpa_matches_pytorch_f32() {
-    assert_eq!(check_sdpa_cases::<f32>("f32", F32_TOLERANCE), 22, "expected 22 f32 SDPA cases");
+    assert_eq!(
+        check_sdpa_cases::<f32>("f32", F32_TOLERANCE),
+        22,
+        "expected 22 f32 SDPA cases"
+    );
 }
 
 #[test]
@@ -142,7 +175,14 @@ fn fully_masked_rows_are_zero_in_pytorch_and_here() {
         assert!(torch_row.iter().all(|&x| x == 0.0), "torch row {row}: {torch_row}");
         assert!(ours.output.index_axis(Axis(0), row).iter().all(|&x| x == 0.0));
         assert!(ours.weights.index_axis(Axis(0), row).iter().all(|&x| x == 0.0));
-        let tiled = tiled_sdpa_batched(&q, &k, &v, Masking::Mask(&mask), Tiles { block_q: 2, tile_k: 2 }).unwrap();
+        let tiled = tiled_sdpa_batched(
+            &q,
+            &k,
+            &v,
+            Masking::Mask(&mask),
+            Tiles { block_q: 2, tile_k: 2 },
+        )
+        .unwrap();
         assert!(tiled.index_axis(Axis(0), row).iter().all(|&x| x == 0.0));
     }
 }
@@ -152,20 +192,39 @@ fn check_mha_cases<A: Float + ReadableElement + Debug>(dtype: &str, tolerance: f
     for dir in &dirs {
         let w = |name| load::<A>(dir, name).into_dimensionality::<Ix2>().unwrap();
         let heads = load::<i64>(dir, "heads").into_iter().next().unwrap() as usize;
-        let mha = MultiHeadAttention::new(w("w_q"), w("w_k"), w("w_v"), w("w_o"), heads).unwrap();
+        let mha =
+            MultiHeadAttention::new(w("w_q"), w("w_k"), w("w_v"), w("w_o"), heads).unwrap();
         let (x_q, x_kv) = (load::<A>(dir, "x_q"), load::<A>(dir, "x_kv"));
-        let mask = dir.join("mask.npy").exists().then(|| Mask::from_array(load::<bool>(dir, "mask")).unwrap());
+        let mask = dir
+            .join("mask.npy")
+            .exists()
+            .then(|| Mask::from_array(load::<bool>(dir, "mask")).unwrap());
         let (output, weights) = if x_q.ndim() == 2 {
-            let (x_q, x_kv) = (x_q.into_dimensionality::<Ix2>().unwrap(), x_kv.into_dimensionality::<Ix2>().unwrap());
+            let (x_q, x_kv) = (
+                x_q.into_dimensionality::<Ix2>().unwrap(),
+                x_kv.into_dimensionality::<Ix2>().unwrap(),
+            );
             let out = mha.cross(&x_q, &x_kv, mask.as_ref()).unwrap();
             if x_q == x_kv {
                 let looped = mha.forward_per_head(&x_q, mask.as_ref()).unwrap();
-                let diff = max_diff(dir, "loop vs reshape", &looped.output.into_dyn(), &out.output.clone().into_dyn());
-                assert!(diff <= tolerance, "{}: per-head loop differs by {diff:e}", dir.display());
+                let diff = max_diff(
+                    dir,
+                    "loop vs reshape",
+                    &looped.output.into_dyn(),
+                    &out.output.clone().into_dyn(),
+                );
+                assert!(
+                    diff <= tolerance,
+                    "{}: per-head loop differs by {diff:e}",
+                    dir.display()
+                );
             }
             (out.output.into_dyn(), out.weights.into_dyn())
         } else {
-            let (x_q, x_kv) = (x_q.into_dimensionality::<Ix3>().unwrap(), x_kv.into_dimensionality::<Ix3>().unwrap());
+            let (x_q, x_kv) = (
+                x_q.into_dimensionality::<Ix3>().unwrap(),
+                x_kv.into_dimensionality::<Ix3>().unwrap(),
+            );
             let out = mha.cross_batched(&x_q, &x_kv, mask.as_ref()).unwrap();
             (out.output.into_dyn(), out.weights.into_dyn())
         };

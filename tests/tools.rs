@@ -17,7 +17,11 @@ use reader_tools::{attend, multihead};
 use tempfile::TempDir;
 
 fn fixture(kind: &str, case: &str, file: &str) -> String {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(kind).join(case).join(file);
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(kind)
+        .join(case)
+        .join(file);
     path.to_string_lossy().into_owned()
 }
 
@@ -36,7 +40,8 @@ fn max_diff(a: &ArrayD<f64>, b: &ArrayD<f64>) -> f64 {
 
 /// Files in a directory, sorted (to check that nothing, not even a temporary file, is left).
 fn listing(dir: &Path) -> Vec<PathBuf> {
-    let mut files: Vec<PathBuf> = std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().path()).collect();
+    let mut files: Vec<PathBuf> =
+        std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().path()).collect();
     files.sort();
     files
 }
@@ -84,7 +89,12 @@ fn attend_reproduces_pytorch_on_numpy_files() {
         ("f64_batch2_L5_dk4", None),
     ] {
         let mut list = qkv_masked(case, mask);
-        list.extend(["--out".to_string(), out.clone(), "--weights".to_string(), weights.clone()]);
+        list.extend([
+            "--out".to_string(),
+            out.clone(),
+            "--weights".to_string(),
+            weights.clone(),
+        ]);
         let summary = attend::run(&list).unwrap_or_else(|e| panic!("{case}: {e}"));
         assert!(summary.contains("wrote"), "{summary}");
         let got: ArrayD<f64> = read_npy(&out).unwrap();
@@ -104,7 +114,8 @@ fn attend_keeps_float32() {
     list.extend(args(&["--mask", "causal", "--out", &out]));
     attend::run(&list).unwrap();
     let got: ArrayD<f32> = read_npy(&out).expect("the output is float32 like the inputs");
-    let expected: ArrayD<f32> = read_npy(fixture("sdpa", "f32_causal_L33_dk32", "out.npy")).unwrap();
+    let expected: ArrayD<f32> =
+        read_npy(fixture("sdpa", "f32_causal_L33_dk32", "out.npy")).unwrap();
     assert!(got.iter().zip(&expected).all(|(a, b)| (a - b).abs() < 1e-5));
 }
 
@@ -115,7 +126,11 @@ fn multihead_reproduces_pytorch_on_numpy_files() {
     for (case, heads, mask) in [
         ("f64_d8_h2_L5", "2", None),
         ("f64_d12_h3_L6_causal", "3", Some("causal".to_string())),
-        ("f64_d8_h2_batch3_L6_padding", "2", Some(fixture("mha", "f64_d8_h2_batch3_L6_padding", "mask.npy"))),
+        (
+            "f64_d8_h2_batch3_L6_padding",
+            "2",
+            Some(fixture("mha", "f64_d8_h2_batch3_L6_padding", "mask.npy")),
+        ),
     ] {
         let mut list = x_and_weights(case);
         list.extend(args(&["--heads", heads, "--out", &out, "--weights", &weights]));
@@ -207,7 +222,13 @@ fn attend_refuses_bad_input() {
     let mut list = with("--q", &fixture("sdpa", good, "q.npy"));
     let wrong_mask = fixture("sdpa", "f64_bool_L10_dk6", "mask.npy");
     list.extend(["--mask".to_string(), wrong_mask.clone()]);
-    assert_fails(attend::run, &list, &dir, &wrong_mask, "mask has shape (10, 10) but (6, 6) was expected");
+    assert_fails(
+        attend::run,
+        &list,
+        &dir,
+        &wrong_mask,
+        "mask has shape (10, 10) but (6, 6) was expected",
+    );
 
     let mut list = with("--q", &fixture("sdpa", good, "q.npy"));
     let float_mask = fixture("sdpa", good, "weights.npy");
@@ -219,7 +240,12 @@ fn attend_refuses_bad_input() {
     assert_fails(attend::run, &list, &dir, "--labels only names the tokens", "add --png");
 
     let mut list = with("--q", &fixture("sdpa", good, "q.npy"));
-    list.extend(["--png".to_string(), out_path(&dir, "w.png"), "--labels".to_string(), "The,cat,sat".to_string()]);
+    list.extend([
+        "--png".to_string(),
+        out_path(&dir, "w.png"),
+        "--labels".to_string(),
+        "The,cat,sat".to_string(),
+    ]);
     assert_fails(attend::run, &list, &dir, "--labels: 3 labels given", "L = 6 tokens");
 
     let no_out: Vec<String> = qkv(good);
@@ -254,15 +280,39 @@ fn multihead_refuses_bad_input() {
         list.extend(args(&["--heads", heads, "--out", &out]));
         list
     };
-    assert_fails(multihead::run, &with_heads("5"), &dir, &x, "heads = 5 does not divide d_model = 12");
-    assert_fails(multihead::run, &with_heads("0"), &dir, "--heads: \"0\"", "not a positive whole number");
-    assert_fails(multihead::run, &with_heads("two"), &dir, "--heads: \"two\"", "not a positive whole number");
+    assert_fails(
+        multihead::run,
+        &with_heads("5"),
+        &dir,
+        &x,
+        "heads = 5 does not divide d_model = 12",
+    );
+    assert_fails(
+        multihead::run,
+        &with_heads("0"),
+        &dir,
+        "--heads: \"0\"",
+        "not a positive whole number",
+    );
+    assert_fails(
+        multihead::run,
+        &with_heads("two"),
+        &dir,
+        "--heads: \"two\"",
+        "not a positive whole number",
+    );
 
     let mut list = with_heads("3");
     let small_wo = fixture("mha", "f64_d8_h2_L5", "w_o.npy");
     let i = list.iter().position(|a| a == "--wo").unwrap();
     list[i + 1] = small_wo.clone();
-    assert_fails(multihead::run, &list, &dir, &small_wo, "has shape (8, 8) but (d_model, d_model) = (12, 12)");
+    assert_fails(
+        multihead::run,
+        &list,
+        &dir,
+        &small_wo,
+        "has shape (8, 8) but (d_model, d_model) = (12, 12)",
+    );
 
     let mut list = with_heads("3");
     let f32_wq = fixture("mha", "f32_d12_h3_L6_causal", "w_q.npy");
@@ -273,14 +323,26 @@ fn multihead_refuses_bad_input() {
     let mut list = with_heads("3");
     let batch_mask = fixture("mha", "f64_d8_h2_batch3_L6_padding", "mask.npy");
     list.extend(["--mask".to_string(), batch_mask.clone()]);
-    assert_fails(multihead::run, &list, &dir, &batch_mask, "mask has shape (3, 6, 6) but (6, 6) was expected");
+    assert_fails(
+        multihead::run,
+        &list,
+        &dir,
+        &batch_mask,
+        "mask has shape (3, 6, 6) but (6, 6) was expected",
+    );
 
     let mut list = with_heads("3");
     let vector = out_path(&dir, "vector.npy");
     write_npy(&vector, &ndarray::Array1::<f64>::zeros(12)).unwrap();
     let i = list.iter().position(|a| a == "--x").unwrap();
     list[i + 1] = vector.clone();
-    assert_fails(multihead::run, &list, &dir, &vector, "(L, d_model) or (batch, L, d_model) was expected");
+    assert_fails(
+        multihead::run,
+        &list,
+        &dir,
+        &vector,
+        "(L, d_model) or (batch, L, d_model) was expected",
+    );
 }
 
 /// Reads a PNG's width and height from its header.
@@ -294,10 +356,20 @@ fn png_size(path: &str) -> (u32, u32) {
 #[test]
 fn attend_draws_the_weights_it_writes() {
     let dir = TempDir::new().unwrap();
-    let (out, one, grid) = (out_path(&dir, "out.npy"), out_path(&dir, "one.png"), out_path(&dir, "grid.png"));
+    let (out, one, grid) =
+        (out_path(&dir, "out.npy"), out_path(&dir, "one.png"), out_path(&dir, "grid.png"));
 
     let mut list = qkv("f64_causal_L6_dk8");
-    list.extend(args(&["--mask", "causal", "--out", &out, "--png", &one, "--labels", "The, cat,sat,on,the,mat"]));
+    list.extend(args(&[
+        "--mask",
+        "causal",
+        "--out",
+        &out,
+        "--png",
+        &one,
+        "--labels",
+        "The, cat,sat,on,the,mat",
+    ]));
     let summary = attend::run(&list).unwrap();
     assert!(summary.contains(&one), "{summary}");
     let (w1, h1) = png_size(&one);
@@ -328,8 +400,19 @@ fn attend_draws_the_weights_it_writes() {
         list.extend([format!("--{name}"), path]);
     }
     let png = out_path(&many, "grid.png");
-    list.extend(["--out".to_string(), out_path(&many, "out.npy"), "--png".to_string(), png.clone()]);
-    assert_fails(attend::run, &list, &many, &png, "hold 65 matrices, more than the 64 one image can show");
+    list.extend([
+        "--out".to_string(),
+        out_path(&many, "out.npy"),
+        "--png".to_string(),
+        png.clone(),
+    ]);
+    assert_fails(
+        attend::run,
+        &list,
+        &many,
+        &png,
+        "hold 65 matrices, more than the 64 one image can show",
+    );
 }
 
 #[test]
@@ -339,7 +422,16 @@ fn multihead_draws_one_panel_per_batch_item_and_head() {
     let case = "f64_d8_h2_batch3_L6_padding";
     let mut list = x_and_weights(case);
     list.extend(["--mask".to_string(), fixture("mha", case, "mask.npy")]);
-    list.extend(args(&["--heads", "2", "--out", &out, "--png", &png, "--labels", "a,b,c,d,e,f"]));
+    list.extend(args(&[
+        "--heads",
+        "2",
+        "--out",
+        &out,
+        "--png",
+        &png,
+        "--labels",
+        "a,b,c,d,e,f",
+    ]));
     multihead::run(&list).unwrap();
     let (w, h) = png_size(&png);
     assert!(h > w, "3 batch items × 2 heads lay out as 3 rows of 2 panels: {w}x{h}");
@@ -347,7 +439,10 @@ fn multihead_draws_one_panel_per_batch_item_and_head() {
     let mut list = x_and_weights(case);
     list.extend(args(&["--heads", "2", "--out", &out, "--png", &png, "--labels", "a,b"]));
     let message = multihead::run(&list).unwrap_err();
-    assert!(message.contains("--labels: 2 labels given but the weights have L = 6 tokens"), "{message}");
+    assert!(
+        message.contains("--labels: 2 labels given but the weights have L = 6 tokens"),
+        "{message}"
+    );
 }
 
 #[test]
@@ -366,7 +461,10 @@ fn attend_tiled_reproduces_pytorch_and_the_plain_path() {
             let mut list = list.clone();
             list.extend(args(&["--out", out, "--impl", implementation]));
             let summary = attend::run(&list).unwrap_or_else(|e| panic!("{case}: {e}"));
-            assert!(summary.starts_with(&format!("attention ({implementation})")), "{summary}");
+            assert!(
+                summary.starts_with(&format!("attention ({implementation})")),
+                "{summary}"
+            );
         }
         let tiled: ArrayD<f64> = read_npy(&tiled_out).unwrap();
         let plain: ArrayD<f64> = read_npy(&plain_out).unwrap();
@@ -381,11 +479,14 @@ fn attend_picks_the_tiled_path_for_large_inputs_unless_weights_are_wanted() {
     let dir = TempDir::new().unwrap();
     let write = |name: &str, l: usize| {
         let path = out_path(&dir, name);
-        let a = ArrayD::from_shape_fn(IxDyn(&[l, 4]), |i| ((i[0] * 7 + i[1] * 3) % 11) as f32 / 11.0 - 0.5);
+        let a = ArrayD::from_shape_fn(IxDyn(&[l, 4]), |i| {
+            ((i[0] * 7 + i[1] * 3) % 11) as f32 / 11.0 - 0.5
+        });
         write_npy(&path, &a).unwrap();
         path
     };
-    let (small, large) = (write("small.npy", 255), write("large.npy", 256)); // 255² < 256² ≤ 256²
+    // 255² < 256² ≤ 256²
+    let (small, large) = (write("small.npy", 255), write("large.npy", 256));
     let out = out_path(&dir, "out.npy");
     let run = |x: &str, extra: &[&str]| {
         let mut list = args(&["--q", x, "--k", x, "--v", x, "--out", &out]);
@@ -395,7 +496,10 @@ fn attend_picks_the_tiled_path_for_large_inputs_unless_weights_are_wanted() {
     assert!(run(&small, &[]).starts_with("attention (plain)"));
     assert!(run(&large, &[]).starts_with("attention (tiled)"));
     let summary = run(&large, &["--mask", "causal"]);
-    assert!(summary.starts_with("attention (tiled)") && summary.contains("weights not formed"), "{summary}");
+    assert!(
+        summary.starts_with("attention (tiled)") && summary.contains("weights not formed"),
+        "{summary}"
+    );
     let weights = out_path(&dir, "w.npy");
     assert!(run(&large, &["--weights", &weights]).starts_with("attention (plain)"));
     assert!(run(&small, &["--impl", "tiled"]).starts_with("attention (tiled)"));
@@ -408,14 +512,28 @@ fn attend_bench_ends_with_the_median() {
     let out = out_path(&dir, "out.npy");
     for implementation in ["plain", "tiled"] {
         let mut list = qkv("f32_causal_L33_dk32");
-        list.extend(args(&["--mask", "causal", "--out", &out, "--impl", implementation, "--bench", "3"]));
+        list.extend(args(&[
+            "--mask",
+            "causal",
+            "--out",
+            &out,
+            "--impl",
+            implementation,
+            "--bench",
+            "3",
+        ]));
         let summary = attend::run(&list).unwrap();
         let last = summary.lines().last().unwrap();
-        let ms: f64 = last.strip_prefix("median_ms=").unwrap_or_else(|| panic!("last line: {last}")).parse().unwrap();
+        let ms: f64 = last
+            .strip_prefix("median_ms=")
+            .unwrap_or_else(|| panic!("last line: {last}"))
+            .parse()
+            .unwrap();
         assert!(ms.is_finite() && ms >= 0.0, "{last}");
         assert!(summary.contains(&format!("{implementation} median of 3 runs")), "{summary}");
         let got: ArrayD<f32> = read_npy(&out).unwrap(); // the output is still written, once
-        let expected: ArrayD<f32> = read_npy(fixture("sdpa", "f32_causal_L33_dk32", "out.npy")).unwrap();
+        let expected: ArrayD<f32> =
+            read_npy(fixture("sdpa", "f32_causal_L33_dk32", "out.npy")).unwrap();
         assert!(got.iter().zip(&expected).all(|(a, b)| (a - b).abs() < 1e-5));
     }
     // Without --bench there is no median line.
@@ -427,18 +545,43 @@ fn attend_bench_ends_with_the_median() {
 #[test]
 fn attend_refuses_bad_impl_and_bench_options() {
     let dir = TempDir::new().unwrap();
-    let (out, weights, png) = (out_path(&dir, "out.npy"), out_path(&dir, "w.npy"), out_path(&dir, "w.png"));
+    let (out, weights, png) =
+        (out_path(&dir, "out.npy"), out_path(&dir, "w.npy"), out_path(&dir, "w.png"));
     let with = |extra: &[&str]| {
         let mut list = qkv("f64_L8_dk8");
         list.extend(args(&["--out", &out]));
         list.extend(args(extra));
         list
     };
-    assert_fails(attend::run, &with(&["--impl", "fast"]), &dir, "--impl fast", "expected plain or tiled");
-    assert_fails(attend::run, &with(&["--impl", "tiled", "--weights", &weights]), &dir, "--impl tiled", "never forms");
-    assert_fails(attend::run, &with(&["--impl", "tiled", "--png", &png]), &dir, "--impl tiled", "never forms");
+    assert_fails(
+        attend::run,
+        &with(&["--impl", "fast"]),
+        &dir,
+        "--impl fast",
+        "expected plain or tiled",
+    );
+    assert_fails(
+        attend::run,
+        &with(&["--impl", "tiled", "--weights", &weights]),
+        &dir,
+        "--impl tiled",
+        "never forms",
+    );
+    assert_fails(
+        attend::run,
+        &with(&["--impl", "tiled", "--png", &png]),
+        &dir,
+        "--impl tiled",
+        "never forms",
+    );
     for n in ["0", "-1", "three", "2.5"] {
-        assert_fails(attend::run, &with(&["--bench", n]), &dir, &format!("--bench {n}"), "at least 1");
+        assert_fails(
+            attend::run,
+            &with(&["--bench", n]),
+            &dir,
+            &format!("--bench {n}"),
+            "at least 1",
+        );
     }
     assert_fails(attend::run, &with(&["--bench"]), &dir, "--bench needs a value", "usage");
 }

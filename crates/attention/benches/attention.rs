@@ -15,7 +15,9 @@ use std::time::Duration;
 use attention::mask::Mask;
 use attention::sdpa::sdpa_batched;
 use attention::tiled::{Masking, Tiles, tiled_sdpa_batched};
-use criterion::{BenchmarkId, Criterion, SamplingMode, Throughput, criterion_group, criterion_main};
+use criterion::{
+    BenchmarkId, Criterion, SamplingMode, Throughput, criterion_group, criterion_main,
+};
 use ndarray::Array4;
 use rand::{Rng, SeedableRng, rngs::StdRng};
 
@@ -26,12 +28,14 @@ const THREADS: usize = 2;
 
 fn inputs(l: usize) -> (Array4<f32>, Array4<f32>, Array4<f32>) {
     let mut rng = StdRng::seed_from_u64(8);
-    let mut random = || Array4::from_shape_simple_fn((1, HEADS, l, D), || rng.random_range(-1.0..1.0f32));
+    let mut random =
+        || Array4::from_shape_simple_fn((1, HEADS, l, D), || rng.random_range(-1.0..1.0f32));
     (random(), random(), random())
 }
 
 fn plain_vs_tiled(c: &mut Criterion) {
-    let pool = rayon::ThreadPoolBuilder::new().num_threads(THREADS).build().expect("a thread pool");
+    let pool =
+        rayon::ThreadPoolBuilder::new().num_threads(THREADS).build().expect("a thread pool");
     for causal in [false, true] {
         let mut group = c.benchmark_group(if causal { "causal" } else { "full" });
         group
@@ -47,11 +51,18 @@ fn plain_vs_tiled(c: &mut Criterion) {
             let scores = if causal { l * (l + 1) / 2 } else { l * l };
             group.throughput(Throughput::Elements((HEADS * scores) as u64));
             group.bench_function(BenchmarkId::new("plain", l), |b| {
-                b.iter(|| pool.install(|| sdpa_batched(&q, &k, &v, mask.as_ref()).expect("same shapes").output))
+                b.iter(|| {
+                    pool.install(|| {
+                        sdpa_batched(&q, &k, &v, mask.as_ref()).expect("same shapes").output
+                    })
+                })
             });
             group.bench_function(BenchmarkId::new("tiled", l), |b| {
                 b.iter(|| {
-                    pool.install(|| tiled_sdpa_batched(&q, &k, &v, masking, Tiles::default()).expect("same shapes"))
+                    pool.install(|| {
+                        tiled_sdpa_batched(&q, &k, &v, masking, Tiles::default())
+                            .expect("same shapes")
+                    })
                 })
             });
         }

@@ -7,7 +7,11 @@ use crate::float::Float;
 /// `a · b` (or `a · bᵀ` when `transpose_b`) for every matrix of the stacks
 /// `a: (..., m, n)` and `b: (..., n, p)` (or `(..., p, n)`), which share their leading axes.
 /// The shapes must have been checked.
-pub(crate) fn matmul<A: Float, D: Dimension>(a: &ArrayRef<A, D>, b: &ArrayRef<A, D>, transpose_b: bool) -> Array<A, D> {
+pub(crate) fn matmul<A: Float, D: Dimension>(
+    a: &ArrayRef<A, D>,
+    b: &ArrayRef<A, D>,
+    transpose_b: bool,
+) -> Array<A, D> {
     let nd = a.ndim();
     let lead = &a.shape()[..nd - 2];
     let count: usize = lead.iter().product();
@@ -17,7 +21,9 @@ pub(crate) fn matmul<A: Float, D: Dimension>(a: &ArrayRef<A, D>, b: &ArrayRef<A,
     let a3 = a.to_shape((count, m, n)).expect("leading axes collapse into one");
     let b3 = b.to_shape((count, b_rows, b_cols)).expect("leading axes collapse into one");
     let mut out = Array3::<A>::zeros((count, m, p));
-    for ((a_i, b_i), mut out_i) in a3.outer_iter().zip(b3.outer_iter()).zip(out.outer_iter_mut()) {
+    for ((a_i, b_i), mut out_i) in
+        a3.outer_iter().zip(b3.outer_iter()).zip(out.outer_iter_mut())
+    {
         if transpose_b {
             out_i.assign(&a_i.dot(&b_i.t()));
         } else {

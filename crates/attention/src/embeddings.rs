@@ -146,13 +146,16 @@ impl Vocabulary {
     pub fn encode(&self, sentence: &str) -> Result<Vec<usize>> {
         sentence
             .split_whitespace()
-            .map(|word| self.id(word).ok_or_else(|| AttentionError::UnknownWord { word: word.into() }))
+            .map(|word| {
+                self.id(word).ok_or_else(|| AttentionError::UnknownWord { word: word.into() })
+            })
             .collect()
     }
     // ANCHOR_END: vocabulary_encode
 }
 
-/// A lookup table with one row of length `d_model` per token id: shape `(vocab_size, d_model)`.
+/// A lookup table with one row of length `d_model` per token id: shape
+/// `(vocab_size, d_model)`.
 ///
 /// ```
 /// use attention::embeddings::EmbeddingTable;
@@ -180,10 +183,16 @@ impl<A: Float> EmbeddingTable<A> {
     pub fn new(table: Array2<A>) -> Result<Self> {
         let (vocab_size, d_model) = table.dim();
         if vocab_size == 0 {
-            return Err(AttentionError::Empty { what: "embedding table".into(), dim: "vocab_size" });
+            return Err(AttentionError::Empty {
+                what: "embedding table".into(),
+                dim: "vocab_size",
+            });
         }
         if d_model == 0 {
-            return Err(AttentionError::Empty { what: "embedding table".into(), dim: "d_model" });
+            return Err(AttentionError::Empty {
+                what: "embedding table".into(),
+                dim: "d_model",
+            });
         }
         Ok(EmbeddingTable { table })
     }
@@ -202,7 +211,11 @@ impl<A: Float> EmbeddingTable<A> {
     /// assert_eq!(a, b);
     /// assert_eq!(a.table().dim(), (10, 4));
     /// ```
-    pub fn random<R: Rng + ?Sized>(vocab_size: usize, d_model: usize, rng: &mut R) -> Result<Self> {
+    pub fn random<R: Rng + ?Sized>(
+        vocab_size: usize,
+        d_model: usize,
+        rng: &mut R,
+    ) -> Result<Self> {
         EmbeddingTable::new(random_matrix(vocab_size, d_model, 1.0, rng))
     }
 
@@ -286,6 +299,12 @@ impl EmbeddingTable<f64> {
 
 /// A `(rows, cols)` matrix of standard-normal samples times `scale`, drawn as `f64` from
 /// `rng` and rounded to `A` (shared by the seeded constructors of the crate).
-pub(crate) fn random_matrix<A: Float, R: Rng + ?Sized>(rows: usize, cols: usize, scale: f64, rng: &mut R) -> Array2<A> {
-    Array2::<f64>::random_using((rows, cols), StandardNormal, rng).mapv(|x| A::from_f64_lossy(x * scale))
+pub(crate) fn random_matrix<A: Float, R: Rng + ?Sized>(
+    rows: usize,
+    cols: usize,
+    scale: f64,
+    rng: &mut R,
+) -> Array2<A> {
+    Array2::<f64>::random_using((rows, cols), StandardNormal, rng)
+        .mapv(|x| A::from_f64_lossy(x * scale))
 }

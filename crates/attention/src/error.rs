@@ -38,7 +38,8 @@ pub type Result<T, E = AttentionError> = std::result::Result<T, E>;
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 pub enum AttentionError {
-    /// Two operands disagree on a named dimension (`q` and `k` on `d_k`, `k` and `v` on `L_k`, …).
+    /// Two operands disagree on a named dimension (`q` and `k` on `d_k`, `k` and `v` on
+    /// `L_k`, …).
     #[error("{left} has {dim} = {left_size} but {right} has {dim} = {right_size}")]
     Mismatch {
         /// The first operand, e.g. `"q"`.
@@ -83,7 +84,9 @@ pub enum AttentionError {
         right_shape: Vec<usize>,
     },
     /// A mask that cannot be broadcast to the shape of the scores it should mask.
-    #[error("mask has shape {mask:?}, which does not broadcast to the scores' shape {scores:?}")]
+    #[error(
+        "mask has shape {mask:?}, which does not broadcast to the scores' shape {scores:?}"
+    )]
     MaskShape {
         /// The mask's shape.
         mask: Vec<usize>,
@@ -132,8 +135,20 @@ impl AttentionError {
     /// let e = AttentionError::mismatch("k", 5, "v", 4, "L_k");
     /// assert_eq!(e.to_string(), "k has L_k = 5 but v has L_k = 4");
     /// ```
-    pub fn mismatch(left: &str, left_size: usize, right: &str, right_size: usize, dim: &'static str) -> Self {
-        AttentionError::Mismatch { left: left.into(), left_size, right: right.into(), right_size, dim }
+    pub fn mismatch(
+        left: &str,
+        left_size: usize,
+        right: &str,
+        right_size: usize,
+        dim: &'static str,
+    ) -> Self {
+        AttentionError::Mismatch {
+            left: left.into(),
+            left_size,
+            right: right.into(),
+            right_size,
+            dim,
+        }
     }
 
     /// Builds a [`AttentionError::Shape`] from string slices.
@@ -144,6 +159,10 @@ impl AttentionError {
     /// assert_eq!(e.to_string(), "x has shape [4] but a shape (L, d_model) was expected");
     /// ```
     pub fn shape(what: &str, found: &[usize], expected: &str) -> Self {
-        AttentionError::Shape { what: what.into(), found: found.to_vec(), expected: expected.into() }
+        AttentionError::Shape {
+            what: what.into(),
+            found: found.to_vec(),
+            expected: expected.into(),
+        }
     }
 }

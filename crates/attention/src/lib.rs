@@ -57,8 +57,8 @@ pub mod sdpa;
 pub mod self_attention;
 mod shapes;
 pub mod softmax;
-pub mod tiled;
 pub mod stats;
+pub mod tiled;
 
 pub use error::{AttentionError, Result};
 pub use float::Float;

@@ -87,7 +87,9 @@ impl Mask {
                 return Err(AttentionError::ValidLength { item, valid, l_k });
             }
         }
-        let allowed = Array3::from_shape_fn((valid_lengths.len(), l_q, l_k), |(b, _i, j)| j < valid_lengths[b]);
+        let allowed = Array3::from_shape_fn((valid_lengths.len(), l_q, l_k), |(b, _i, j)| {
+            j < valid_lengths[b]
+        });
         Ok(Mask { allowed: allowed.into_dyn() })
     }
     // ANCHOR_END: padding
@@ -104,7 +106,11 @@ impl Mask {
     /// ```
     pub fn from_array<D: Dimension>(allowed: Array<bool, D>) -> Result<Mask> {
         if allowed.ndim() < 2 {
-            return Err(AttentionError::shape("mask", allowed.shape(), "a shape (..., L_q, L_k) was expected"));
+            return Err(AttentionError::shape(
+                "mask",
+                allowed.shape(),
+                "a shape (..., L_q, L_k) was expected",
+            ));
         }
         Ok(Mask { allowed: allowed.into_dyn() })
     }
@@ -120,12 +126,16 @@ impl Mask {
     /// assert!(both.allows(&[0, 2, 1]) && !both.allows(&[0, 2, 2]));
     /// assert_eq!(
     ///     Mask::causal(3).and(&Mask::causal(4)).unwrap_err().to_string(),
-    ///     "mask has shape [4, 4] but a shape that broadcasts with the other mask's [3, 3] was expected"
+    ///     "mask has shape [4, 4] but a shape that broadcasts with the other mask's [3, 3] \
+    ///      was expected"
     /// );
     /// ```
     pub fn and(&self, other: &Mask) -> Result<Mask> {
         let shape = broadcast_shape(self.shape(), other.shape()).ok_or_else(|| {
-            let expected = format!("a shape that broadcasts with the other mask's {:?} was expected", self.shape());
+            let expected = format!(
+                "a shape that broadcasts with the other mask's {:?} was expected",
+                self.shape()
+            );
             AttentionError::shape("mask", other.shape(), &expected)
         })?;
         let a = self.allowed.broadcast(IxDyn(&shape)).expect("broadcastable by construction");
@@ -197,10 +207,13 @@ impl Mask {
     /// assert!(Mask::causal(3).apply(&mut scores).is_err());
     /// ```
     pub fn apply<A: Float, D: Dimension>(&self, scores: &mut Array<A, D>) -> Result<()> {
-        let allowed = self.allowed.broadcast(scores.raw_dim().into_dyn()).ok_or_else(|| AttentionError::MaskShape {
-            mask: self.shape().to_vec(),
-            scores: scores.shape().to_vec(),
-        })?;
+        let allowed =
+            self.allowed.broadcast(scores.raw_dim().into_dyn()).ok_or_else(|| {
+                AttentionError::MaskShape {
+                    mask: self.shape().to_vec(),
+                    scores: scores.shape().to_vec(),
+                }
+            })?;
         Zip::from(scores.view_mut().into_dyn()).and(&allowed).for_each(|score, &ok| {
             if !ok {
                 *score = A::neg_infinity();

@@ -3,7 +3,8 @@
 //! With `heads` heads and `d_head = d_model / heads`, the projections `W_Q`, `W_K`, `W_V`
 //! (each `(d_model, d_model)`) are computed once; their columns are then cut into `heads`
 //! groups of `d_head`, and head `h` attends with its own group, scaled by `√d_head` (not
-//! `√d_model`). The head outputs are put back side by side and mixed by `W_O: (d_model, d_model)`.
+//! `√d_model`). The head outputs are put back side by side and mixed by
+//! `W_O: (d_model, d_model)`.
 //!
 //! The cut is a reshape and a swap of axes ([`split_heads`]):
 //! `(L, d_model) → (L, heads, d_head) → (heads, L, d_head)`, and [`merge_heads`] undoes it.
@@ -12,9 +13,9 @@
 //!
 //! # From PyTorch's `nn.MultiheadAttention(bias=False)`
 //!
-//! PyTorch keeps the three input projections stacked in `in_proj_weight: (3·d_model, d_model)`,
-//! rows `[W_q; W_k; W_v]`, each block in `nn.Linear`'s `(out, in)` layout (it computes
-//! `x · Wᵀ`). In this crate's `X · W` convention:
+//! PyTorch keeps the three input projections stacked in
+//! `in_proj_weight: (3·d_model, d_model)`, rows `[W_q; W_k; W_v]`, each block in `nn.Linear`'s
+//! `(out, in)` layout (it computes `x · Wᵀ`). In this crate's `X · W` convention:
 //! `W_Q = in_proj_weight[0:d].T`, `W_K = in_proj_weight[d:2d].T`,
 //! `W_V = in_proj_weight[2d:3d].T` and `W_O = out_proj.weight.T`. PyTorch cuts heads the same
 //! way (consecutive groups of `d_head` columns). Its returned weights are averaged over the
@@ -22,7 +23,9 @@
 //!
 //! Anchors: `head_width`, `split_heads`, `merge_heads`, `multihead_attend`, `per_head_loop`.
 
-use ndarray::{Array, Array2, Array3, ArrayRef, ArrayRef2, ArrayRef3, Axis, Dimension, Ix2, Ix3, IxDyn, s};
+use ndarray::{
+    Array, Array2, Array3, ArrayRef, ArrayRef2, ArrayRef3, Axis, Dimension, Ix2, Ix3, IxDyn, s,
+};
 use rand::Rng;
 
 use crate::error::{AttentionError, Result};
@@ -44,7 +47,8 @@ use crate::shapes::Operand;
 /// use rand::{rngs::StdRng, SeedableRng};
 ///
 /// let mha = MultiHeadAttention::<f64>::random(8, 2, &mut StdRng::seed_from_u64(0)).unwrap();
-/// let MultiHeadOutput { output, weights } = mha.forward(&Array2::ones((5, 8)), None).unwrap();
+/// let MultiHeadOutput { output, weights } =
+///     mha.forward(&Array2::ones((5, 8)), None).unwrap();
 /// assert_eq!((output.dim(), weights.dim()), ((5, 8), (2, 5, 5)));
 /// ```
 #[derive(Debug, Clone, PartialEq)]
@@ -62,7 +66,10 @@ pub struct MultiHeadOutput<A, D: Dimension> {
 /// use attention::multihead::head_width;
 ///
 /// assert_eq!(head_width(512, 8).unwrap(), 64);
-/// assert_eq!(head_width(10, 4).unwrap_err().to_string(), "heads = 4 does not divide d_model = 10");
+/// assert_eq!(
+///     head_width(10, 4).unwrap_err().to_string(),
+///     "heads = 4 does not divide d_model = 10"
+/// );
 /// ```
 pub fn head_width(d_model: usize, heads: usize) -> Result<usize> {
     if heads == 0 || !d_model.is_multiple_of(heads) {
@@ -76,7 +83,8 @@ pub fn head_width(d_model: usize, heads: usize) -> Result<usize> {
 /// Cuts the last axis into heads: `(..., L, d_model) → (..., heads, L, d_head)`.
 ///
 /// A reshape `(..., L, heads, d_head)` (head `h` owns columns `h·d_head .. (h+1)·d_head`)
-/// followed by a swap of the `L` and `heads` axes, so that each head is a matrix `(L, d_head)`.
+/// followed by a swap of the `L` and `heads` axes, so that each head is a matrix
+/// `(L, d_head)`.
 ///
 /// ```
 /// use attention::multihead::split_heads;
@@ -86,8 +94,12 @@ pub fn head_width(d_model: usize, heads: usize) -> Result<usize> {
 /// let heads = split_heads(&x, 2).unwrap();          // (heads, L, d_head) = (2, 2, 2)
 /// assert_eq!(heads, array![[[1, 2], [5, 6]], [[3, 4], [7, 8]]]);
 /// ```
-pub fn split_heads<A: Clone, D: Dimension>(x: &ArrayRef<A, D>, heads: usize) -> Result<Array<A, D::Larger>> {
-    let (_, _, d_model) = Operand { name: "x", shape: x.shape(), rows: "L", cols: "d_model" }.split()?;
+pub fn split_heads<A: Clone, D: Dimension>(
+    x: &ArrayRef<A, D>,
+    heads: usize,
+) -> Result<Array<A, D::Larger>> {
+    let (_, _, d_model) =
+        Operand { name: "x", shape: x.shape(), rows: "L", cols: "d_model" }.split()?;
     let d_head = head_width(d_model, heads)?;
     let n = x.ndim();
     let mut shape = x.shape().to_vec(); // (..., L, d_model)
@@ -110,16 +122,23 @@ pub fn split_heads<A: Clone, D: Dimension>(x: &ArrayRef<A, D>, heads: usize) -> 
 /// let x = Array2::from_shape_fn((3, 6), |(i, j)| 10 * i + j);
 /// assert_eq!(merge_heads(&split_heads(&x, 3).unwrap()).unwrap(), x);
 /// ```
-pub fn merge_heads<A: Clone, D: Dimension>(x: &ArrayRef<A, D>) -> Result<Array<A, D::Smaller>> {
+pub fn merge_heads<A: Clone, D: Dimension>(
+    x: &ArrayRef<A, D>,
+) -> Result<Array<A, D::Smaller>> {
     let n = x.ndim();
     if n < 3 {
-        return Err(AttentionError::shape("x", x.shape(), "a shape (..., heads, L, d_head) was expected"));
+        return Err(AttentionError::shape(
+            "x",
+            x.shape(),
+            "a shape (..., heads, L, d_head) was expected",
+        ));
     }
     let mut swapped = x.view().into_dyn();
     swapped.swap_axes(n - 3, n - 2); // (..., L, heads, d_head)
     let mut shape = swapped.shape()[..n - 1].to_vec();
     shape[n - 2] *= x.shape()[n - 1]; // (..., L, heads · d_head)
-    let merged = swapped.to_shape(IxDyn(&shape)).expect("same number of elements").into_owned();
+    let merged =
+        swapped.to_shape(IxDyn(&shape)).expect("same number of elements").into_owned();
     Ok(merged.into_dimensionality().expect("one axis fewer than x"))
 }
 // ANCHOR_END: merge_heads
@@ -130,7 +149,8 @@ pub fn merge_heads<A: Clone, D: Dimension>(x: &ArrayRef<A, D>) -> Result<Array<A
 /// use attention::multihead::MultiHeadAttention;
 /// use rand::{rngs::StdRng, SeedableRng};
 ///
-/// let mha = MultiHeadAttention::<f32>::random(512, 8, &mut StdRng::seed_from_u64(0)).unwrap();
+/// let mha =
+///     MultiHeadAttention::<f32>::random(512, 8, &mut StdRng::seed_from_u64(0)).unwrap();
 /// assert_eq!(mha.d_head(), 64);
 /// assert_eq!(mha.parameter_count(), 4 * 512 * 512);
 /// ```
@@ -152,18 +172,30 @@ impl<A: Float> MultiHeadAttention<A> {
     /// use ndarray::Array2;
     ///
     /// let eye = Array2::<f64>::eye(6);
-    /// assert!(MultiHeadAttention::new(eye.clone(), eye.clone(), eye.clone(), eye.clone(), 3).is_ok());
-    /// let err = MultiHeadAttention::new(eye.clone(), eye.clone(), eye.clone(), eye.clone(), 4);
+    /// assert!(
+    ///     MultiHeadAttention::new(eye.clone(), eye.clone(), eye.clone(), eye.clone(), 3)
+    ///         .is_ok()
+    /// );
+    /// let err =
+    ///     MultiHeadAttention::new(eye.clone(), eye.clone(), eye.clone(), eye.clone(), 4);
     /// assert_eq!(err.unwrap_err().to_string(), "heads = 4 does not divide d_model = 6");
     /// ```
-    pub fn new(w_q: Array2<A>, w_k: Array2<A>, w_v: Array2<A>, w_o: Array2<A>, heads: usize) -> Result<Self> {
+    pub fn new(
+        w_q: Array2<A>,
+        w_k: Array2<A>,
+        w_v: Array2<A>,
+        w_o: Array2<A>,
+        heads: usize,
+    ) -> Result<Self> {
         let d_model = w_q.nrows();
         for (name, w) in [("W_Q", &w_q), ("W_K", &w_k), ("W_V", &w_v), ("W_O", &w_o)] {
             if w.dim() != (d_model, d_model) {
                 return Err(AttentionError::shape(
                     name,
                     w.shape(),
-                    &format!("a shape (d_model, d_model) = ({d_model}, {d_model}) was expected"),
+                    &format!(
+                        "a shape (d_model, d_model) = ({d_model}, {d_model}) was expected"
+                    ),
                 ));
             }
         }
@@ -184,7 +216,9 @@ impl<A: Float> MultiHeadAttention<A> {
     /// use attention::multihead::MultiHeadAttention;
     /// use rand::{rngs::StdRng, SeedableRng};
     ///
-    /// assert!(MultiHeadAttention::<f64>::random(8, 3, &mut StdRng::seed_from_u64(0)).is_err());
+    /// assert!(
+    ///     MultiHeadAttention::<f64>::random(8, 3, &mut StdRng::seed_from_u64(0)).is_err()
+    /// );
     /// ```
     pub fn random<R: Rng + ?Sized>(d_model: usize, heads: usize, rng: &mut R) -> Result<Self> {
         head_width(d_model, heads)?;
@@ -203,12 +237,17 @@ impl<A: Float> MultiHeadAttention<A> {
     /// use ndarray::Array2;
     /// use rand::{rngs::StdRng, SeedableRng};
     ///
-    /// let mha = MultiHeadAttention::<f64>::random(4, 2, &mut StdRng::seed_from_u64(0)).unwrap();
+    /// let mha =
+    ///     MultiHeadAttention::<f64>::random(4, 2, &mut StdRng::seed_from_u64(0)).unwrap();
     /// let x = Array2::from_shape_fn((3, 4), |(i, j)| (i + j) as f64);
     /// let out = mha.forward(&x, Some(&Mask::causal(3))).unwrap();
     /// assert_eq!(out.weights[[1, 0, 0]], 1.0); // head 1, token 0 sees only itself
     /// ```
-    pub fn forward(&self, x: &ArrayRef2<A>, mask: Option<&Mask>) -> Result<MultiHeadOutput<A, Ix2>> {
+    pub fn forward(
+        &self,
+        x: &ArrayRef2<A>,
+        mask: Option<&Mask>,
+    ) -> Result<MultiHeadOutput<A, Ix2>> {
         self.attend(x, x, mask)
     }
 
@@ -220,7 +259,8 @@ impl<A: Float> MultiHeadAttention<A> {
     /// use ndarray::Array2;
     /// use rand::{rngs::StdRng, SeedableRng};
     ///
-    /// let mha = MultiHeadAttention::<f64>::random(4, 2, &mut StdRng::seed_from_u64(0)).unwrap();
+    /// let mha =
+    ///     MultiHeadAttention::<f64>::random(4, 2, &mut StdRng::seed_from_u64(0)).unwrap();
     /// let out = mha.cross(&Array2::ones((2, 4)), &Array2::ones((7, 4)), None).unwrap();
     /// assert_eq!((out.output.dim(), out.weights.dim()), ((2, 4), (2, 2, 7)));
     /// ```
@@ -243,13 +283,19 @@ impl<A: Float> MultiHeadAttention<A> {
     /// use ndarray::Array3;
     /// use rand::{rngs::StdRng, SeedableRng};
     ///
-    /// let mha = MultiHeadAttention::<f64>::random(4, 2, &mut StdRng::seed_from_u64(0)).unwrap();
+    /// let mha =
+    ///     MultiHeadAttention::<f64>::random(4, 2, &mut StdRng::seed_from_u64(0)).unwrap();
     /// let x = Array3::from_shape_fn((2, 3, 4), |(b, i, j)| (b + i + j) as f64 / 4.0);
-    /// let out = mha.forward_batched(&x, Some(&Mask::padding(&[3, 2], 3, 3).unwrap())).unwrap();
+    /// let out =
+    ///     mha.forward_batched(&x, Some(&Mask::padding(&[3, 2], 3, 3).unwrap())).unwrap();
     /// assert_eq!(out.weights.dim(), (2, 2, 3, 3));
     /// assert_eq!(out.weights[[1, 0, 2, 2]], 0.0); // item 1's third token is padding
     /// ```
-    pub fn forward_batched(&self, x: &ArrayRef3<A>, mask: Option<&Mask>) -> Result<MultiHeadOutput<A, Ix3>> {
+    pub fn forward_batched(
+        &self,
+        x: &ArrayRef3<A>,
+        mask: Option<&Mask>,
+    ) -> Result<MultiHeadOutput<A, Ix3>> {
         self.cross_batched(x, x, mask)
     }
 
@@ -261,8 +307,11 @@ impl<A: Float> MultiHeadAttention<A> {
     /// use ndarray::Array3;
     /// use rand::{rngs::StdRng, SeedableRng};
     ///
-    /// let mha = MultiHeadAttention::<f64>::random(6, 3, &mut StdRng::seed_from_u64(0)).unwrap();
-    /// let out = mha.cross_batched(&Array3::ones((2, 1, 6)), &Array3::ones((2, 4, 6)), None).unwrap();
+    /// let mha =
+    ///     MultiHeadAttention::<f64>::random(6, 3, &mut StdRng::seed_from_u64(0)).unwrap();
+    /// let out = mha
+    ///     .cross_batched(&Array3::ones((2, 1, 6)), &Array3::ones((2, 4, 6)), None)
+    ///     .unwrap();
     /// assert_eq!(out.weights.dim(), (2, 3, 1, 4));
     /// ```
     pub fn cross_batched(
@@ -289,11 +338,14 @@ impl<A: Float> MultiHeadAttention<A> {
         x_kv: &ArrayRef<A, D>,
         mask: Option<&Mask>,
     ) -> Result<MultiHeadOutput<A, D>> {
-        let q = split_heads(&self.w_q.apply_nd(x_q)?, self.heads)?; // (..., heads, L_q, d_head)
-        let k = split_heads(&self.w_k.apply_nd(x_kv)?, self.heads)?; // (..., heads, L_k, d_head)
-        let v = split_heads(&self.w_v.apply_nd(x_kv)?, self.heads)?; // (..., heads, L_k, d_head)
-        let Attention { output, weights } = sdpa_batched(&q, &k, &v, mask)?; // scaled by √d_head
-        let merged = merge_heads(&output)?.into_dimensionality::<D>().expect("x's axes"); // (..., L_q, d_model)
+        // q: (..., heads, L_q, d_head); k and v: (..., heads, L_k, d_head).
+        let q = split_heads(&self.w_q.apply_nd(x_q)?, self.heads)?;
+        let k = split_heads(&self.w_k.apply_nd(x_kv)?, self.heads)?;
+        let v = split_heads(&self.w_v.apply_nd(x_kv)?, self.heads)?;
+        // Scaled by √d_head.
+        let Attention { output, weights } = sdpa_batched(&q, &k, &v, mask)?;
+        // (..., L_q, d_model)
+        let merged = merge_heads(&output)?.into_dimensionality::<D>().expect("x's axes");
         let output = self.w_o.apply_nd(&merged)?;
         Ok(MultiHeadOutput { output, weights })
     }
@@ -309,13 +361,18 @@ impl<A: Float> MultiHeadAttention<A> {
     /// use ndarray::Array2;
     /// use rand::{rngs::StdRng, SeedableRng};
     ///
-    /// let mha = MultiHeadAttention::<f64>::random(6, 3, &mut StdRng::seed_from_u64(5)).unwrap();
+    /// let mha =
+    ///     MultiHeadAttention::<f64>::random(6, 3, &mut StdRng::seed_from_u64(5)).unwrap();
     /// let x = Array2::from_shape_fn((4, 6), |(i, j)| ((i * 7 + j) % 5) as f64);
     /// let looped = mha.forward_per_head(&x, None).unwrap();
     /// let reshaped = mha.forward(&x, None).unwrap();
     /// assert!((looped.output - reshaped.output).iter().all(|d| d.abs() < 1e-12));
     /// ```
-    pub fn forward_per_head(&self, x: &ArrayRef2<A>, mask: Option<&Mask>) -> Result<MultiHeadOutput<A, Ix2>> {
+    pub fn forward_per_head(
+        &self,
+        x: &ArrayRef2<A>,
+        mask: Option<&Mask>,
+    ) -> Result<MultiHeadOutput<A, Ix2>> {
         let q_all = self.w_q.apply(x)?; // (L, d_model): every head's queries, side by side
         let k_all = self.w_k.apply(x)?;
         let v_all = self.w_v.apply(x)?;
@@ -339,7 +396,8 @@ impl<A: Float> MultiHeadAttention<A> {
     /// use attention::multihead::MultiHeadAttention;
     /// use rand::{rngs::StdRng, SeedableRng};
     ///
-    /// let mha = MultiHeadAttention::<f64>::random(8, 4, &mut StdRng::seed_from_u64(0)).unwrap();
+    /// let mha =
+    ///     MultiHeadAttention::<f64>::random(8, 4, &mut StdRng::seed_from_u64(0)).unwrap();
     /// assert_eq!(mha.heads(), 4);
     /// ```
     pub fn heads(&self) -> usize {
@@ -352,7 +410,8 @@ impl<A: Float> MultiHeadAttention<A> {
     /// use attention::multihead::MultiHeadAttention;
     /// use rand::{rngs::StdRng, SeedableRng};
     ///
-    /// let mha = MultiHeadAttention::<f64>::random(8, 4, &mut StdRng::seed_from_u64(0)).unwrap();
+    /// let mha =
+    ///     MultiHeadAttention::<f64>::random(8, 4, &mut StdRng::seed_from_u64(0)).unwrap();
     /// assert_eq!(mha.d_model(), 8);
     /// ```
     pub fn d_model(&self) -> usize {
@@ -365,7 +424,8 @@ impl<A: Float> MultiHeadAttention<A> {
     /// use attention::multihead::MultiHeadAttention;
     /// use rand::{rngs::StdRng, SeedableRng};
     ///
-    /// let mha = MultiHeadAttention::<f64>::random(8, 4, &mut StdRng::seed_from_u64(0)).unwrap();
+    /// let mha =
+    ///     MultiHeadAttention::<f64>::random(8, 4, &mut StdRng::seed_from_u64(0)).unwrap();
     /// assert_eq!(mha.d_head(), 2);
     /// ```
     pub fn d_head(&self) -> usize {
@@ -378,8 +438,10 @@ impl<A: Float> MultiHeadAttention<A> {
     /// use attention::multihead::MultiHeadAttention;
     /// use rand::{rngs::StdRng, SeedableRng};
     ///
-    /// let one = MultiHeadAttention::<f64>::random(8, 1, &mut StdRng::seed_from_u64(0)).unwrap();
-    /// let four = MultiHeadAttention::<f64>::random(8, 4, &mut StdRng::seed_from_u64(0)).unwrap();
+    /// let one =
+    ///     MultiHeadAttention::<f64>::random(8, 1, &mut StdRng::seed_from_u64(0)).unwrap();
+    /// let four =
+    ///     MultiHeadAttention::<f64>::random(8, 4, &mut StdRng::seed_from_u64(0)).unwrap();
     /// assert_eq!(one.parameter_count(), four.parameter_count());
     /// ```
     pub fn parameter_count(&self) -> usize {
@@ -392,7 +454,8 @@ impl<A: Float> MultiHeadAttention<A> {
     /// use attention::multihead::MultiHeadAttention;
     /// use rand::{rngs::StdRng, SeedableRng};
     ///
-    /// let mha = MultiHeadAttention::<f64>::random(8, 4, &mut StdRng::seed_from_u64(0)).unwrap();
+    /// let mha =
+    ///     MultiHeadAttention::<f64>::random(8, 4, &mut StdRng::seed_from_u64(0)).unwrap();
     /// let [w_q, _, _, w_o] = mha.projections();
     /// assert_eq!((w_q.d_in(), w_o.d_out()), (8, 8));
     /// ```

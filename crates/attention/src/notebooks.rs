@@ -167,7 +167,7 @@ pub mod nb002 {
         [0.18313716, 0.05602635, 0.07202319, 0.05009411],
     ];
 
-    /// Tolerance for everything except `Q·Kᵀ` and its variance: `1e-8`, the last printed decimal.
+    /// Tolerance for everything but `Q·Kᵀ` and its variance: `1e-8`, the last printed decimal.
     ///
     /// ```
     /// assert_eq!(attention::notebooks::nb002::TOLERANCE, 1e-8);
@@ -179,15 +179,18 @@ pub mod nb002 {
     /// `Q` and `K` were printed to 8 decimals, so each entry is off by up to `5e-9`; a dot
     /// product of 8 such pairs adds those errors, weighted by the other factor's entries, to
     /// give up to about `Σ|qᵢ|·5e-9 + Σ|kᵢ|·5e-9 ≈ 8e-8` in the worst case. The largest
-    /// difference observed is `1.7e-8`. Dividing by √8 brings the scaled scores back under `1e-8`.
+    /// difference observed is `1.7e-8`. Dividing by √8 brings the scaled scores under `1e-8`.
     ///
     /// ```
-    /// assert!(attention::notebooks::nb002::QK_TOLERANCE > attention::notebooks::nb002::TOLERANCE);
+    /// assert!(
+    ///     attention::notebooks::nb002::QK_TOLERANCE > attention::notebooks::nb002::TOLERANCE
+    /// );
     /// ```
     pub const QK_TOLERANCE: f64 = 5e-8;
 }
 
-/// Notebook 003 (PyTorch): one query over a memory of keys and values, `Q = X[0]`, `K = V = X`.
+/// Notebook 003 (PyTorch): one query over a memory of keys and values, `Q = X[0]`,
+/// `K = V = X`.
 pub mod nb003 {
     /// `X: (4, 5)` as printed: 5 significant digits.
     ///
@@ -347,7 +350,7 @@ pub mod nb004 {
         [0.18700384, 1.67754576, 0.33105314, -0.41795742, 1.4258469, -0.18788199, -0.10285145, 0.54683565],
     ];
 
-    /// Tolerance for everything except `Q·Kᵀ` and its variance: `1e-8`, the last printed decimal.
+    /// Tolerance for everything but `Q·Kᵀ` and its variance: `1e-8`, the last printed decimal.
     ///
     /// ```
     /// assert_eq!(attention::notebooks::nb004::TOLERANCE, 1e-8);

@@ -161,16 +161,20 @@ impl<A: Float> Linear<A> {
 
     /// `x · W` for `x: (..., L, d_in)` with any number of leading axes.
     pub(crate) fn apply_nd<D: Dimension>(&self, x: &ArrayRef<A, D>) -> Result<Array<A, D>> {
-        let (lead, l, d_in) = Operand { name: "x", shape: x.shape(), rows: "L", cols: "d_in" }.split()?;
+        let (lead, l, d_in) =
+            Operand { name: "x", shape: x.shape(), rows: "L", cols: "d_in" }.split()?;
         if d_in != self.d_in() {
             return Err(AttentionError::mismatch("x", d_in, "W", self.d_in(), "d_in"));
         }
-        // Every token of every batch item is mapped alike: treat them all as one long sequence.
+        // Every token of every batch item is mapped alike: treat them as one long sequence.
         let rows = lead.iter().product::<usize>() * l;
-        let flat = x.to_shape((rows, d_in)).expect("the leading axes and L collapse into rows");
+        let flat =
+            x.to_shape((rows, d_in)).expect("the leading axes and L collapse into rows");
         let mut shape = x.shape().to_vec();
         shape[x.ndim() - 1] = self.d_out();
-        let out = project(&flat, &self.w).into_shape_with_order(IxDyn(&shape)).expect("rows split back");
+        let out = project(&flat, &self.w)
+            .into_shape_with_order(IxDyn(&shape))
+            .expect("rows split back");
         Ok(out.into_dimensionality::<D>().expect("same number of axes as x"))
     }
 }

@@ -2,9 +2,9 @@
 //!
 //! Entry `(i, j)` of `Q·Kᵀ: (L_q, L_k)` is the dot product of query `i` with key `j`: how well
 //! token `i`'s question matches token `j`'s label. With entries of mean 0 and variance 1, a
-//! dot product of `d_k` terms has variance `d_k`; dividing by `√d_k` brings it back to about 1,
-//! which keeps softmax out of its flat, saturated regions. [`mean`] and [`variance`] measure
-//! that (population statistics, like NumPy's `mean()` and `var()`).
+//! dot product of `d_k` terms has variance `d_k`; dividing by `√d_k` brings it back to about
+//! 1, which keeps softmax out of its flat, saturated regions. [`mean`] and [`variance`]
+//! measure that (population statistics, like NumPy's `mean()` and `var()`).
 //!
 //! Anchors: `scores`, `scale`, `scaled_scores`, `variance`.
 
@@ -80,7 +80,10 @@ pub fn scaled_scores<A: Float>(q: &ArrayRef2<A>, k: &ArrayRef2<A>) -> Result<Arr
 /// let second = scaled_scores(&q.slice(s![1, .., ..]), &k.slice(s![1, .., ..])).unwrap();
 /// assert_eq!(batched.slice(s![1, .., ..]), second);
 /// ```
-pub fn scaled_scores_batched<A: Float, D: Dimension>(q: &ArrayRef<A, D>, k: &ArrayRef<A, D>) -> Result<Array<A, D>> {
+pub fn scaled_scores_batched<A: Float, D: Dimension>(
+    q: &ArrayRef<A, D>,
+    k: &ArrayRef<A, D>,
+) -> Result<Array<A, D>> {
     let d_k = check_qk(q.shape(), k.shape())?;
     Ok(scale(batched::matmul(q, k, true), d_k))
 }
@@ -117,8 +120,10 @@ pub fn variance<A: Float, D: Dimension>(x: &ArrayRef<A, D>) -> Result<A> {
 
 /// Checks `q: (..., L_q, d_k)` against `k: (..., L_k, d_k)` and returns `d_k`.
 fn check_qk(q: &[usize], k: &[usize]) -> Result<usize> {
-    let (q_lead, _, d_k) = Operand { name: "q", shape: q, rows: "L_q", cols: "d_k" }.split()?;
-    let (k_lead, _, k_d_k) = Operand { name: "k", shape: k, rows: "L_k", cols: "d_k" }.split()?;
+    let (q_lead, _, d_k) =
+        Operand { name: "q", shape: q, rows: "L_q", cols: "d_k" }.split()?;
+    let (k_lead, _, k_d_k) =
+        Operand { name: "k", shape: k, rows: "L_k", cols: "d_k" }.split()?;
     same_lead("q", q_lead, "k", k_lead)?;
     if d_k != k_d_k {
         return Err(AttentionError::mismatch("q", d_k, "k", k_d_k, "d_k"));

@@ -95,7 +95,11 @@ pub fn sdpa<A: Float>(
 /// assert_eq!(att.weights, array![0.5, 0.5]); // a blank query likes every key equally
 /// assert_eq!(att.output, array![0.5, 0.5]);
 /// ```
-pub fn single_query<A: Float>(q: &ArrayRef1<A>, k: &ArrayRef2<A>, v: &ArrayRef2<A>) -> Result<Attention<A, Ix1>> {
+pub fn single_query<A: Float>(
+    q: &ArrayRef1<A>,
+    k: &ArrayRef2<A>,
+    v: &ArrayRef2<A>,
+) -> Result<Attention<A, Ix1>> {
     let q = q.view().insert_axis(Axis(0)); // (1, d_k): a one-row matrix of queries
     let att = sdpa(&q, k, v, None)?;
     let weights: Array1<A> = att.weights.index_axis_move(Axis(0), 0);
@@ -119,7 +123,8 @@ pub fn single_query<A: Float>(q: &ArrayRef1<A>, k: &ArrayRef2<A>, v: &ArrayRef2<
 /// assert_eq!(att.weights.dim(), (2, 3, 3));
 ///
 /// let item = x.slice(s![1, .., ..]);
-/// let two_real_keys = Mask::from_array(Array2::from_shape_fn((3, 3), |(_, j)| j < 2)).unwrap();
+/// let two_real_keys =
+///     Mask::from_array(Array2::from_shape_fn((3, 3), |(_, j)| j < 2)).unwrap();
 /// let one = sdpa(&item, &item, &item, Some(&two_real_keys)).unwrap();
 /// assert_eq!(att.output.slice(s![1, .., ..]), one.output);
 /// ```

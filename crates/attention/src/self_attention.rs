@@ -42,20 +42,34 @@ impl<A: Float> SelfAttention<A> {
     /// use attention::self_attention::SelfAttention;
     /// use ndarray::Array2;
     ///
-    /// let ok = SelfAttention::new(Array2::<f64>::eye(4), Array2::eye(4), Array2::zeros((4, 2)));
+    /// let ok =
+    ///     SelfAttention::new(Array2::<f64>::eye(4), Array2::eye(4), Array2::zeros((4, 2)));
     /// assert!(ok.is_ok());
-    /// let bad = SelfAttention::new(Array2::<f64>::eye(4), Array2::zeros((4, 3)), Array2::eye(4));
+    /// let bad =
+    ///     SelfAttention::new(Array2::<f64>::eye(4), Array2::zeros((4, 3)), Array2::eye(4));
     /// assert_eq!(bad.unwrap_err().to_string(), "W_Q has d_k = 4 but W_K has d_k = 3");
     /// ```
     pub fn new(w_q: Array2<A>, w_k: Array2<A>, w_v: Array2<A>) -> Result<Self> {
         let (w_q, w_k, w_v) = (Linear::new(w_q)?, Linear::new(w_k)?, Linear::new(w_v)?);
         for (name, w) in [("W_K", &w_k), ("W_V", &w_v)] {
             if w.d_in() != w_q.d_in() {
-                return Err(AttentionError::mismatch("W_Q", w_q.d_in(), name, w.d_in(), "d_model"));
+                return Err(AttentionError::mismatch(
+                    "W_Q",
+                    w_q.d_in(),
+                    name,
+                    w.d_in(),
+                    "d_model",
+                ));
             }
         }
         if w_k.d_out() != w_q.d_out() {
-            return Err(AttentionError::mismatch("W_Q", w_q.d_out(), "W_K", w_k.d_out(), "d_k"));
+            return Err(AttentionError::mismatch(
+                "W_Q",
+                w_q.d_out(),
+                "W_K",
+                w_k.d_out(),
+                "d_k",
+            ));
         }
         Ok(SelfAttention { w_q, w_k, w_v })
     }
@@ -71,7 +85,12 @@ impl<A: Float> SelfAttention<A> {
     /// let b = SelfAttention::<f32>::random(8, 4, 4, &mut StdRng::seed_from_u64(1)).unwrap();
     /// assert_eq!(a, b);
     /// ```
-    pub fn random<R: Rng + ?Sized>(d_model: usize, d_k: usize, d_v: usize, rng: &mut R) -> Result<Self> {
+    pub fn random<R: Rng + ?Sized>(
+        d_model: usize,
+        d_k: usize,
+        d_v: usize,
+        rng: &mut R,
+    ) -> Result<Self> {
         let w_q = Linear::random(d_model, d_k, rng)?;
         let w_k = Linear::random(d_model, d_k, rng)?;
         let w_v = Linear::random(d_model, d_v, rng)?;
@@ -85,7 +104,8 @@ impl<A: Float> SelfAttention<A> {
     /// use attention::{mask::Mask, self_attention::SelfAttention};
     /// use ndarray::Array2;
     ///
-    /// let layer = SelfAttention::new(Array2::<f64>::eye(3), Array2::eye(3), Array2::eye(3)).unwrap();
+    /// let layer =
+    ///     SelfAttention::new(Array2::<f64>::eye(3), Array2::eye(3), Array2::eye(3)).unwrap();
     /// let x = Array2::from_shape_fn((4, 3), |(i, j)| (i * j) as f64);
     /// let att = layer.forward(&x, Some(&Mask::causal(4))).unwrap();
     /// assert_eq!(att.output.dim(), (4, 3));
@@ -102,11 +122,17 @@ impl<A: Float> SelfAttention<A> {
     /// use attention::self_attention::SelfAttention;
     /// use ndarray::Array2;
     ///
-    /// let layer = SelfAttention::new(Array2::<f64>::eye(2), Array2::eye(2), Array2::eye(2)).unwrap();
+    /// let layer =
+    ///     SelfAttention::new(Array2::<f64>::eye(2), Array2::eye(2), Array2::eye(2)).unwrap();
     /// let att = layer.cross(&Array2::ones((1, 2)), &Array2::ones((5, 2)), None).unwrap();
     /// assert_eq!(att.weights.dim(), (1, 5));
     /// ```
-    pub fn cross(&self, x_q: &ArrayRef2<A>, x_kv: &ArrayRef2<A>, mask: Option<&Mask>) -> Result<Attention<A, Ix2>> {
+    pub fn cross(
+        &self,
+        x_q: &ArrayRef2<A>,
+        x_kv: &ArrayRef2<A>,
+        mask: Option<&Mask>,
+    ) -> Result<Attention<A, Ix2>> {
         let q = self.w_q.apply(x_q)?; // (L_q, d_k)
         let k = self.w_k.apply(x_kv)?; // (L_k, d_k)
         let v = self.w_v.apply(x_kv)?; // (L_k, d_v)
@@ -122,13 +148,18 @@ impl<A: Float> SelfAttention<A> {
     /// use rand::{rngs::StdRng, SeedableRng};
     /// use ndarray::Array3;
     ///
-    /// let layer = SelfAttention::<f64>::random(4, 4, 4, &mut StdRng::seed_from_u64(3)).unwrap();
+    /// let layer =
+    ///     SelfAttention::<f64>::random(4, 4, 4, &mut StdRng::seed_from_u64(3)).unwrap();
     /// let x = Array3::from_shape_fn((2, 3, 4), |(b, i, j)| (b + i * j) as f64);
     /// let padding = Mask::padding(&[3, 1], 3, 3).unwrap();
     /// let att = layer.forward_batched(&x, Some(&padding)).unwrap();
     /// assert_eq!(att.weights[[1, 2, 0]], 1.0); // item 1 has one real token
     /// ```
-    pub fn forward_batched(&self, x: &ArrayRef3<A>, mask: Option<&Mask>) -> Result<Attention<A, Ix3>> {
+    pub fn forward_batched(
+        &self,
+        x: &ArrayRef3<A>,
+        mask: Option<&Mask>,
+    ) -> Result<Attention<A, Ix3>> {
         let q = self.w_q.apply_batched(x)?;
         let k = self.w_k.apply_batched(x)?;
         let v = self.w_v.apply_batched(x)?;
@@ -141,7 +172,8 @@ impl<A: Float> SelfAttention<A> {
     /// use attention::self_attention::SelfAttention;
     /// use ndarray::Array2;
     ///
-    /// let layer = SelfAttention::new(Array2::<f64>::eye(2), Array2::eye(2), Array2::eye(2)).unwrap();
+    /// let layer =
+    ///     SelfAttention::new(Array2::<f64>::eye(2), Array2::eye(2), Array2::eye(2)).unwrap();
     /// assert_eq!(layer.w_q().weight(), Array2::<f64>::eye(2));
     /// ```
     pub fn w_q(&self) -> &Linear<A> {
@@ -154,7 +186,8 @@ impl<A: Float> SelfAttention<A> {
     /// use attention::self_attention::SelfAttention;
     /// use ndarray::Array2;
     ///
-    /// let layer = SelfAttention::new(Array2::<f64>::eye(2), Array2::eye(2), Array2::eye(2)).unwrap();
+    /// let layer =
+    ///     SelfAttention::new(Array2::<f64>::eye(2), Array2::eye(2), Array2::eye(2)).unwrap();
     /// assert_eq!(layer.w_k().d_out(), 2);
     /// ```
     pub fn w_k(&self) -> &Linear<A> {
@@ -167,7 +200,9 @@ impl<A: Float> SelfAttention<A> {
     /// use attention::self_attention::SelfAttention;
     /// use ndarray::Array2;
     ///
-    /// let layer = SelfAttention::new(Array2::<f64>::eye(2), Array2::eye(2), Array2::zeros((2, 5))).unwrap();
+    /// let layer =
+    ///     SelfAttention::new(Array2::<f64>::eye(2), Array2::eye(2), Array2::zeros((2, 5)))
+    ///         .unwrap();
     /// assert_eq!(layer.w_v().d_out(), 5);
     /// ```
     pub fn w_v(&self) -> &Linear<A> {
@@ -180,7 +215,12 @@ impl<A: Float> SelfAttention<A> {
     /// use attention::self_attention::SelfAttention;
     /// use ndarray::Array2;
     ///
-    /// let layer = SelfAttention::new(Array2::<f64>::zeros((6, 2)), Array2::zeros((6, 2)), Array2::zeros((6, 3))).unwrap();
+    /// let layer = SelfAttention::new(
+    ///     Array2::<f64>::zeros((6, 2)),
+    ///     Array2::zeros((6, 2)),
+    ///     Array2::zeros((6, 3)),
+    /// )
+    /// .unwrap();
     /// assert_eq!(layer.d_model(), 6);
     /// ```
     pub fn d_model(&self) -> usize {
@@ -193,7 +233,12 @@ impl<A: Float> SelfAttention<A> {
     /// use attention::self_attention::SelfAttention;
     /// use ndarray::Array2;
     ///
-    /// let layer = SelfAttention::new(Array2::<f64>::zeros((6, 2)), Array2::zeros((6, 2)), Array2::zeros((6, 3))).unwrap();
+    /// let layer = SelfAttention::new(
+    ///     Array2::<f64>::zeros((6, 2)),
+    ///     Array2::zeros((6, 2)),
+    ///     Array2::zeros((6, 3)),
+    /// )
+    /// .unwrap();
     /// assert_eq!(layer.d_k(), 2);
     /// ```
     pub fn d_k(&self) -> usize {
@@ -206,7 +251,12 @@ impl<A: Float> SelfAttention<A> {
     /// use attention::self_attention::SelfAttention;
     /// use ndarray::Array2;
     ///
-    /// let layer = SelfAttention::new(Array2::<f64>::zeros((6, 2)), Array2::zeros((6, 2)), Array2::zeros((6, 3))).unwrap();
+    /// let layer = SelfAttention::new(
+    ///     Array2::<f64>::zeros((6, 2)),
+    ///     Array2::zeros((6, 2)),
+    ///     Array2::zeros((6, 3)),
+    /// )
+    /// .unwrap();
     /// assert_eq!(layer.d_v(), 3);
     /// ```
     pub fn d_v(&self) -> usize {
@@ -219,7 +269,8 @@ impl<A: Float> SelfAttention<A> {
     /// use attention::self_attention::SelfAttention;
     /// use rand::{rngs::StdRng, SeedableRng};
     ///
-    /// let layer = SelfAttention::<f64>::random(512, 64, 64, &mut StdRng::seed_from_u64(0)).unwrap();
+    /// let layer =
+    ///     SelfAttention::<f64>::random(512, 64, 64, &mut StdRng::seed_from_u64(0)).unwrap();
     /// assert_eq!(layer.parameter_count(), 98_304);
     /// ```
     pub fn parameter_count(&self) -> usize {

@@ -41,10 +41,17 @@ impl<'a> Operand<'a> {
 
 /// Checks `q: (..., L_q, d_k)`, `k: (..., L_k, d_k)` and `v: (..., L_k, d_v)`: same leading
 /// axes, matching `d_k` and `L_k`, nothing empty. Returns `(L_q, L_k, d_k, d_v)`.
-pub(crate) fn check_qkv(q: &[usize], k: &[usize], v: &[usize]) -> Result<(usize, usize, usize, usize)> {
-    let (q_lead, l_q, d_k) = Operand { name: "q", shape: q, rows: "L_q", cols: "d_k" }.split()?;
-    let (k_lead, l_k, k_d_k) = Operand { name: "k", shape: k, rows: "L_k", cols: "d_k" }.split()?;
-    let (v_lead, v_l_k, d_v) = Operand { name: "v", shape: v, rows: "L_k", cols: "d_v" }.split()?;
+pub(crate) fn check_qkv(
+    q: &[usize],
+    k: &[usize],
+    v: &[usize],
+) -> Result<(usize, usize, usize, usize)> {
+    let (q_lead, l_q, d_k) =
+        Operand { name: "q", shape: q, rows: "L_q", cols: "d_k" }.split()?;
+    let (k_lead, l_k, k_d_k) =
+        Operand { name: "k", shape: k, rows: "L_k", cols: "d_k" }.split()?;
+    let (v_lead, v_l_k, d_v) =
+        Operand { name: "v", shape: v, rows: "L_k", cols: "d_v" }.split()?;
     same_lead("q", q_lead, "k", k_lead)?;
     same_lead("k", k_lead, "v", v_lead)?;
     if d_k != k_d_k {
@@ -57,7 +64,12 @@ pub(crate) fn check_qkv(q: &[usize], k: &[usize], v: &[usize]) -> Result<(usize,
 }
 
 /// Checks that two operands have the same leading (batch, head) axes.
-pub(crate) fn same_lead(left: &str, left_lead: &[usize], right: &str, right_lead: &[usize]) -> Result<()> {
+pub(crate) fn same_lead(
+    left: &str,
+    left_lead: &[usize],
+    right: &str,
+    right_lead: &[usize],
+) -> Result<()> {
     if left_lead != right_lead {
         return Err(AttentionError::Batch {
             left: left.into(),

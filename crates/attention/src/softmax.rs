@@ -6,9 +6,9 @@
 //! Computed literally ([`naive_softmax`]), `exp` overflows to ∞ for scores above about 709
 //! (`f64`) or 88 (`f32`), and that score's weight becomes ∞/∞ = NaN. Subtracting the row's
 //! maximum first changes nothing mathematically (the factor `exp(-max)` cancels) but keeps
-//! every exponent ≤ 0, so nothing overflows ([`softmax`]). Masked entries are −∞ and get weight 0; a row whose every
-//! entry is −∞ (a query with no visible key) gets all-zero weights instead of NaN, as PyTorch's
-//! `scaled_dot_product_attention` does.
+//! every exponent ≤ 0, so nothing overflows ([`softmax`]). Masked entries are −∞ and get
+//! weight 0; a row whose every entry is −∞ (a query with no visible key) gets all-zero weights
+//! instead of NaN, as PyTorch's `scaled_dot_product_attention` does.
 //!
 //! Anchors: `stable_softmax`, `softmax_rows`, `naive_softmax`.
 
@@ -59,7 +59,10 @@ pub fn softmax_row<A: Float>(row: &mut ArrayRef1<A>) {
 /// assert!((weights[[1, 1]] - 0.75).abs() < 1e-15);
 ///
 /// // Any number of axes: here (batch, L_q, L_k) = (2, 1, 2); a single number gives 1.
-/// assert_eq!(softmax(&ndarray::Array3::<f32>::zeros((2, 1, 2))), ndarray::Array3::from_elem((2, 1, 2), 0.5));
+/// assert_eq!(
+///     softmax(&ndarray::Array3::<f32>::zeros((2, 1, 2))),
+///     ndarray::Array3::from_elem((2, 1, 2), 0.5)
+/// );
 /// assert_eq!(softmax(&ndarray::arr0(7.0)), ndarray::arr0(1.0));
 /// ```
 pub fn softmax<A: Float, D: Dimension>(scores: &ArrayRef<A, D>) -> Array<A, D> {
@@ -104,6 +107,9 @@ pub fn naive_softmax<A: Float, D: Dimension>(scores: &ArrayRef<A, D>) -> Array<A
 fn for_each_row<A: Float, D: Dimension>(a: &mut Array<A, D>, f: impl Fn(&mut ArrayRef1<A>)) {
     match a.ndim().checked_sub(1) {
         Some(last) => a.lanes_mut(Axis(last)).into_iter().for_each(|mut row| f(&mut row)),
-        None => f(&mut a.view_mut().into_shape_with_order(1).expect("a 0-d array holds one number")),
+        None => f(&mut a
+            .view_mut()
+            .into_shape_with_order(1)
+            .expect("a 0-d array holds one number")),
     }
 }

@@ -76,7 +76,9 @@ pub fn softmax_jacobian<A: Float>(p: &ArrayRef1<A>) -> Array2<A> {
 /// let p = array![0.7, 0.2, 0.1];
 /// let full = softmax_jacobian(&p).iter().map(|j| j * j).sum::<f64>().sqrt();
 /// assert!((jacobian_norm(&p) - full).abs() < 1e-15);
-/// assert!((jacobian_norm(&array![0.25, 0.25, 0.25, 0.25]) - 3f64.sqrt() / 4.0).abs() < 1e-15);
+/// assert!(
+///     (jacobian_norm(&array![0.25, 0.25, 0.25, 0.25]) - 3f64.sqrt() / 4.0).abs() < 1e-15
+/// );
 /// ```
 // ANCHOR: jacobian_norm
 pub fn jacobian_norm<A: Float>(p: &ArrayRef1<A>) -> A {
@@ -168,7 +170,12 @@ pub struct ScalingMeasurement {
 /// assert_eq!(s.dim(), (24, 8));
 /// ```
 // ANCHOR: sample_scores
-pub fn sample_scores<R: Rng + ?Sized>(d_k: usize, l: usize, trials: usize, rng: &mut R) -> Array2<f64> {
+pub fn sample_scores<R: Rng + ?Sized>(
+    d_k: usize,
+    l: usize,
+    trials: usize,
+    rng: &mut R,
+) -> Array2<f64> {
     let mut raw = Array2::<f64>::zeros((0, l));
     for _ in 0..trials {
         let q: Array2<f64> = random_matrix(l, d_k, 1.0, rng);
@@ -194,7 +201,12 @@ pub fn sample_scores<R: Rng + ?Sized>(d_k: usize, l: usize, trials: usize, rng: 
 /// assert!(m.scaled.max_weight < 0.5);
 /// ```
 // ANCHOR: measure_scaling
-pub fn measure_scaling<R: Rng + ?Sized>(d_k: usize, l: usize, trials: usize, rng: &mut R) -> ScalingMeasurement {
+pub fn measure_scaling<R: Rng + ?Sized>(
+    d_k: usize,
+    l: usize,
+    trials: usize,
+    rng: &mut R,
+) -> ScalingMeasurement {
     let raw = sample_scores(d_k, l, trials, rng);
     let scaled = scale(raw.clone(), d_k);
     ScalingMeasurement {
@@ -241,7 +253,8 @@ mod tests {
 
     #[test]
     fn jacobian_norm_matches_the_matrix() {
-        for p in [array![1.0], array![0.9, 0.1], array![0.2, 0.3, 0.5], array![0.0, 0.0, 1.0]] {
+        for p in [array![1.0], array![0.9, 0.1], array![0.2, 0.3, 0.5], array![0.0, 0.0, 1.0]]
+        {
             let full = softmax_jacobian(&p).iter().map(|x| x * x).sum::<f64>().sqrt();
             assert!((jacobian_norm(&p) - full).abs() < 1e-15, "{p}");
         }

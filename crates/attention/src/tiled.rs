@@ -9,9 +9,9 @@
 //!    term already summed is too large by the factor `exp(m' − m)`, so multiply `l` by
 //!    `exp(m − m')` and go on ([`Running`], [`online_softmax`]).
 //! 2. **Tiling** (FlashAttention-2, Dao 2023). Take the queries a block at a time and walk the
-//!    keys a tile at a time. Per tile, compute the block's scores `Q_blk · K_tileᵀ / √d_k` into
-//!    a small buffer, update `m` and `l` row by row, rescale the output accumulated so far by
-//!    the same factor, and add `P · V_tile`. Divide by `l` once at the end
+//!    keys a tile at a time. Per tile, compute the block's scores `Q_blk · K_tileᵀ / √d_k`
+//!    into a small buffer, update `m` and `l` row by row, rescale the output accumulated so
+//!    far by the same factor, and add `P · V_tile`. Divide by `l` once at the end
 //!    ([`tiled_sdpa`], [`tiled_sdpa_batched`]).
 //!
 //! The extra memory is one `block_q × tile_k` buffer per thread next to the `L_q × d_v`
@@ -26,8 +26,8 @@
 //! Anchors: `online_update`, `online_softmax`, `tile_loop`, `causal_end`, `mask_tile`.
 
 use ndarray::{
-    Array, Array1, Array2, Array3, ArrayRef, ArrayRef1, ArrayRef2, ArrayView2, ArrayViewD, ArrayViewMut2, Axis,
-    Dimension, IxDyn, Zip, linalg::general_mat_mul, s,
+    Array, Array1, Array2, Array3, ArrayRef, ArrayRef1, ArrayRef2, ArrayView2, ArrayViewD,
+    ArrayViewMut2, Axis, Dimension, IxDyn, Zip, linalg::general_mat_mul, s,
 };
 use rayon::prelude::*;
 use std::any::TypeId;
@@ -91,7 +91,8 @@ impl<A: Float> Running<A> {
             return; // a masked key: no weight, nothing to add
         }
         let max = self.max.max(x);
-        // Terms summed so far were relative to the old maximum: rescale them (exp(−∞) = 0 at the start).
+        // Terms summed so far were relative to the old maximum: rescale them (exp(−∞) = 0 at
+        // the start).
         self.sum = self.sum * (self.max - max).exp() + (x - max).exp();
         self.max = max;
     }
@@ -241,7 +242,8 @@ impl Tiles {
 /// let plain = sdpa(&q, &k, &v, Some(&Mask::causal(10))).unwrap();
 /// assert!((tiled - plain.output).iter().all(|d| d.abs() < 1e-12));
 ///
-/// let err = tiled_sdpa(&q, &k.slice(ndarray::s![..9, ..]), &v, Masking::All, tiles).unwrap_err();
+/// let err =
+///     tiled_sdpa(&q, &k.slice(ndarray::s![..9, ..]), &v, Masking::All, tiles).unwrap_err();
 /// assert_eq!(err.to_string(), "k has L_k = 9 but v has L_k = 10");
 /// ```
 pub fn tiled_sdpa<A: Float>(
@@ -262,13 +264,18 @@ pub fn tiled_sdpa<A: Float>(
 /// `ThreadPool::install` to choose the number of threads.
 ///
 /// ```
-/// use attention::{mask::Mask, sdpa::sdpa_batched, tiled::{tiled_sdpa_batched, Masking, Tiles}};
+/// use attention::{mask::Mask, sdpa::sdpa_batched};
+/// use attention::tiled::{tiled_sdpa_batched, Masking, Tiles};
 /// use ndarray::Array4;
 ///
-/// let x = Array4::from_shape_fn((2, 3, 9, 4), |(b, h, i, j)| ((b + 2 * h + 3 * i + j) % 5) as f32 - 2.0);
-/// let padding = Mask::padding(&[9, 4], 9, 9).unwrap().as_array().insert_axis(ndarray::Axis(1)).to_owned();
+/// let x = Array4::from_shape_fn((2, 3, 9, 4), |(b, h, i, j)| {
+///     ((b + 2 * h + 3 * i + j) % 5) as f32 - 2.0
+/// });
+/// let padding = Mask::padding(&[9, 4], 9, 9).unwrap();
+/// let padding = padding.as_array().insert_axis(ndarray::Axis(1)).to_owned();
 /// let padding = Mask::from_array(padding).unwrap(); // (batch, 1, L_q, L_k): every head alike
-/// let tiled = tiled_sdpa_batched(&x, &x, &x, Masking::Mask(&padding), Tiles { block_q: 2, tile_k: 4 }).unwrap();
+/// let tiles = Tiles { block_q: 2, tile_k: 4 };
+/// let tiled = tiled_sdpa_batched(&x, &x, &x, Masking::Mask(&padding), tiles).unwrap();
 /// let plain = sdpa_batched(&x, &x, &x, Some(&padding)).unwrap();
 /// assert_eq!(tiled.dim(), (2, 3, 9, 4));
 /// assert!((tiled - plain.output).iter().all(|d| d.abs() < 1e-5));
@@ -292,9 +299,11 @@ pub fn tiled_sdpa_batched<A: Float, D: Dimension>(
     };
     let masks = match &mask {
         Some(mask) => {
-            let allowed = mask.broadcast(IxDyn(&scores_shape)).ok_or_else(|| AttentionError::MaskShape {
-                mask: mask.shape().to_vec(),
-                scores: scores_shape.clone(),
+            let allowed = mask.broadcast(IxDyn(&scores_shape)).ok_or_else(|| {
+                AttentionError::MaskShape {
+                    mask: mask.shape().to_vec(),
+                    scores: scores_shape.clone(),
+                }
             })?;
             Some(matrices(allowed))
         }
@@ -305,7 +314,7 @@ pub fn tiled_sdpa_batched<A: Float, D: Dimension>(
     let v3 = v.to_shape((count, l_k, d_v)).expect("leading axes collapse into one");
     let mut out = Array3::<A>::zeros((count, l_q, d_v));
 
-    // One task per (matrix of the stack, block of queries), each owning its rows of the output.
+    // One task per (matrix of the stack, block of queries), each owning its output rows.
     let mut tasks = Vec::with_capacity(count * l_q.div_ceil(tiles.block_q));
     for (b, mut rest) in out.outer_iter_mut().enumerate() {
         let mut i0 = 0;
@@ -331,7 +340,17 @@ pub fn tiled_sdpa_batched<A: Float, D: Dimension>(
             };
             let q_block = q3.slice(s![b, rows, ..]);
             let (k, v) = (k3.index_axis(Axis(0), b), v3.index_axis(Axis(0), b));
-            attend_block(&q_block, &k, &v, visible, i0, scale, tiles.tile_k, out_block, scratch);
+            attend_block(
+                &q_block,
+                &k,
+                &v,
+                visible,
+                i0,
+                scale,
+                tiles.tile_k,
+                out_block,
+                scratch,
+            );
         },
     );
 
@@ -346,7 +365,7 @@ pub fn tiled_sdpa_batched<A: Float, D: Dimension>(
 
 // ANCHOR: causal_end
 /// Causal attention: the keys a block of `n_q` queries starting at `i0` may see end after its
-/// last query, `i0 + n_q − 1`; every tile from there on is in all its rows' future, and skipped.
+/// last query, `i0 + n_q − 1`; every tile from there on lies in all its rows' future: skipped.
 fn causal_end(i0: usize, n_q: usize, l_k: usize) -> usize {
     l_k.min(i0 + n_q)
 }
@@ -380,7 +399,9 @@ fn matrices<T>(a: ArrayViewD<'_, T>) -> Vec<ArrayView2<'_, T>> {
     if a.ndim() == 2 {
         vec![a.into_dimensionality().expect("two axes")]
     } else {
-        (0..a.len_of(Axis(0))).flat_map(|i| matrices(a.clone().index_axis_move(Axis(0), i))).collect()
+        (0..a.len_of(Axis(0)))
+            .flat_map(|i| matrices(a.clone().index_axis_move(Axis(0), i)))
+            .collect()
     }
 }
 
@@ -401,7 +422,10 @@ struct Scratch<A> {
 
 impl<A: Float> Scratch<A> {
     fn new(tiles: Tiles) -> Self {
-        Scratch { scores: Array2::zeros((tiles.block_q, tiles.tile_k)), running: vec![Running::new(); tiles.block_q] }
+        Scratch {
+            scores: Array2::zeros((tiles.block_q, tiles.tile_k)),
+            running: vec![Running::new(); tiles.block_q],
+        }
     }
 }
 
@@ -438,19 +462,25 @@ fn attend_block<A: Float>(
         // S = Q_blk · K_tileᵀ / √d_k, written into the existing tile buffer.
         general_mat_mul(scale, q, &k.slice(s![j0..j1, ..]).t(), A::zero(), &mut p);
         mask_tile(&mut p, visible, i0, j0);
-        for ((mut p_row, run), mut out_row) in p.rows_mut().into_iter().zip(running.iter_mut()).zip(out.rows_mut()) {
+        for ((mut p_row, run), mut out_row) in
+            p.rows_mut().into_iter().zip(running.iter_mut()).zip(out.rows_mut())
+        {
             let tile_max = p_row.fold(A::neg_infinity(), |m, &x| m.max(x));
             let max = run.max.max(tile_max);
             if max == A::neg_infinity() {
                 p_row.fill(A::zero()); // nothing visible yet in this row
                 continue;
             }
-            let rescale = (run.max - max).exp(); // 0 on the first visible tile, 1 if the max held
-            let tile_sum = exp_in_place(p_row.as_slice_mut().expect("a row of the tile buffer"), max); // P = exp(S − m_new)
+            // 0 on the first visible tile, 1 if the max held.
+            let rescale = (run.max - max).exp();
+            // P = exp(S − m_new), in place.
+            let p_slice = p_row.as_slice_mut().expect("a row of the tile buffer");
+            let tile_sum = exp_in_place(p_slice, max);
             run.sum = run.sum * rescale + tile_sum;
             run.max = max;
             if rescale != A::one() {
-                out_row.mapv_inplace(|o| o * rescale); // earlier tiles were summed against the old max
+                // Earlier tiles were summed against the old max.
+                out_row.mapv_inplace(|o| o * rescale);
             }
         }
         // O += P · V_tile
@@ -495,7 +525,9 @@ fn exp_in_place_f32(row: &mut [f32], max: f32) -> f32 {
             // SAFETY: the processor has AVX-512F.
             return unsafe { exp_in_place_avx512(row, max) };
         }
-        if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
+        if std::arch::is_x86_feature_detected!("avx2")
+            && std::arch::is_x86_feature_detected!("fma")
+        {
             // SAFETY: the processor has AVX2 and FMA.
             return unsafe { exp_in_place_avx2(row, max) };
         }
@@ -542,18 +574,22 @@ fn exp_in_place_lanes(row: &mut [f32], max: f32) -> f32 {
 /// `1e-8`). Results below `2^-126`, and `exp(−∞)`, are 0.
 #[inline(always)]
 fn exp_f32(x: f32) -> f32 {
-    const ROUND: f32 = 12_582_912.0; // 1.5·2^23: adding it rounds to an integer in the low mantissa bits
+    // 1.5·2^23: adding it rounds to an integer in the low mantissa bits.
+    const ROUND: f32 = 12_582_912.0;
     const LN2_HI: f32 = 0.693_359_4; // ln 2 = LN2_HI + LN2_LO, LN2_HI with few mantissa bits
     const LN2_LO: f32 = -2.121_944_4e-4;
     let t = (x * std::f32::consts::LOG2_E).max(-126.0);
     let rounded = t + ROUND;
     let n = rounded - ROUND; // the integer nearest x·log₂e
     let r = (x.max(-88.0) - n * LN2_HI) - n * LN2_LO;
-    let n_bits = rounded.to_bits().wrapping_sub(ROUND.to_bits()); // n as a two's complement integer
+    // n as a two's complement integer.
+    let n_bits = rounded.to_bits().wrapping_sub(ROUND.to_bits());
     let two_n = f32::from_bits(n_bits.wrapping_add(127) << 23);
     let p = 1.0
         + r * (1.0
-            + r * (0.5 + r * (1.0 / 6.0 + r * (1.0 / 24.0 + r * (1.0 / 120.0 + r * (1.0 / 720.0 + r / 5040.0))))));
+            + r * (0.5
+                + r * (1.0 / 6.0
+                    + r * (1.0 / 24.0 + r * (1.0 / 120.0 + r * (1.0 / 720.0 + r / 5040.0))))));
     if x * std::f32::consts::LOG2_E < -126.0 { 0.0 } else { two_n * p }
 }
 
@@ -565,7 +601,8 @@ fn mask_tile<A: Float>(p: &mut ArrayRef2<A>, visible: Visible, i0: usize, j0: us
         Visible::All => {}
         Visible::Causal => {
             for (r, mut row) in p.rows_mut().into_iter().enumerate() {
-                let first_future = (i0 + r + 1).saturating_sub(j0); // key j > query i is blocked
+                // Key j > query i is blocked.
+                let first_future = (i0 + r + 1).saturating_sub(j0);
                 if first_future < row.len() {
                     row.slice_mut(s![first_future..]).fill(A::neg_infinity());
                 }

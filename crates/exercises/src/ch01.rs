@@ -104,7 +104,10 @@ mod tests {
         assert_eq!(weighted_average(&m, &[1.5, -0.5, 0.0]), None); // negative
         assert_eq!(weighted_average(&m, &[0.3, 0.3, 0.3]), None); // sums to 0.9
         let third = 1.0 / 3.0;
-        assert_eq!(weighted_average(&m, &[third; 3]).map(|a| a.mapv(|v| (v * 1e9).round() / 1e9)), Some(array![3.0, 4.0]));
+        assert_eq!(
+            weighted_average(&m, &[third; 3]).map(|a| a.mapv(|v| (v * 1e9).round() / 1e9)),
+            Some(array![3.0, 4.0])
+        );
     }
 
     #[test]

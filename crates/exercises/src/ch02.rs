@@ -38,8 +38,9 @@ pub fn score_entry(q: &Array2<f64>, k: &Array2<f64>, i: usize, j: usize) -> f64 
 // ANCHOR_END: score_entry
 
 // ANCHOR: tied_scores
-/// Exercise 2.3: the scores of a layer whose queries and keys share one matrix, `W_Q = W_K = w`:
-/// `(X·w)·(X·w)ᵀ`, `(L, L)`. They are always symmetric, which is why a layer needs two.
+/// Exercise 2.3: the scores of a layer whose queries and keys share one matrix,
+/// `W_Q = W_K = w`: `(X·w)·(X·w)ᵀ`, `(L, L)`. They are always symmetric, which is why a layer
+/// needs two.
 ///
 /// ```
 /// use exercises::ch02::tied_scores;

@@ -44,9 +44,9 @@ pub fn perplexity(p: &Array1<f64>) -> f64 {
 /// Exercise 3.3: the score gap `s₁ − s₀` at which softmax over two keys gives the larger one
 /// the weight `p` (for `0.5 ≤ p < 1`): solve `1 / (1 + e^(−gap)) = p`.
 ///
-/// For `p = 0.99` the gap is `ln 99 ≈ 4.6`. Between two raw scores at `d_k = 512` the gap has a
-/// standard deviation of `√(2·512) = 32`, seven times that: without scaling, nearly every pair
-/// of keys is far past saturation.
+/// For `p = 0.99` the gap is `ln 99 ≈ 4.6`. Between two raw scores at `d_k = 512` the gap has
+/// a standard deviation of `√(2·512) = 32`, seven times that: without scaling, nearly every
+/// pair of keys is far past saturation.
 ///
 /// ```
 /// use exercises::ch03::gap_for_weight;
@@ -71,10 +71,14 @@ mod tests {
     #[test]
     fn dividing_by_scale_for_gives_unit_variance() {
         for (d_k, sigma_q, sigma_k) in [(16, 1.0, 1.0), (64, 3.0, 0.5), (8, 2.0, 2.0)] {
-            // Standard-normal scores times σ_q·σ_k are the scores of vectors with those spreads.
-            let raw = sample_scores(d_k, 16, 32, &mut StdRng::seed_from_u64(d_k as u64)) * (sigma_q * sigma_k);
+            // Standard-normal scores times σ_q·σ_k: the scores of vectors with those spreads.
+            let raw = sample_scores(d_k, 16, 32, &mut StdRng::seed_from_u64(d_k as u64))
+                * (sigma_q * sigma_k);
             let v = variance(&(raw / scale_for(d_k, sigma_q, sigma_k))).unwrap();
-            assert!((v - 1.0).abs() < 0.1, "d_k = {d_k}, σ = ({sigma_q}, {sigma_k}): variance {v}");
+            assert!(
+                (v - 1.0).abs() < 0.1,
+                "d_k = {d_k}, σ = ({sigma_q}, {sigma_k}): variance {v}"
+            );
         }
         assert!((scale_for(2, 1.0, 1.0) - 2f64.sqrt()).abs() < 1e-15);
     }

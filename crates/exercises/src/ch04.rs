@@ -102,9 +102,12 @@ mod tests {
         let mask = from_additive(&m).unwrap();
         assert!(mask.allows(&[0, 0]) && !mask.allows(&[0, 1]));
         assert!(mask.allows(&[0, 2]), "-0.5 is a bias: the key stays visible");
-        assert!(!mask.allows(&[1, 0]) && !mask.allows(&[1, 2]), "-1e9 and -1e4 stand in for -inf");
+        assert!(
+            !mask.allows(&[1, 0]) && !mask.allows(&[1, 2]),
+            "-1e9 and -1e4 stand in for -inf"
+        );
         assert!(mask.allows(&[1, 1]));
-        // Converted, -1e9 gives the same weights as the additive mask wherever a key is visible.
+        // Converted, -1e9 gives the additive mask's weights wherever a key is visible.
         let scores = array![[0.3, 1.2], [2.0, -0.7]];
         let filled = array![[0.0, -1e9], [0.0, 0.0]];
         let x = array![[1.0, 0.0], [0.0, 1.0]];
@@ -112,7 +115,10 @@ mod tests {
         let mut blocked = scores.clone();
         from_additive(&filled).unwrap().apply(&mut blocked).unwrap();
         assert_eq!(softmax(&blocked), additive_weights);
-        assert!(sdpa(&x, &x, &x, Some(&from_additive(&filled).unwrap())).unwrap().weights[[0, 1]] == 0.0);
+        assert!(
+            sdpa(&x, &x, &x, Some(&from_additive(&filled).unwrap())).unwrap().weights[[0, 1]]
+                == 0.0
+        );
         let causal = Mask::causal(4).to_additive::<f64>().into_dimensionality().unwrap();
         assert_eq!(from_additive(&causal).unwrap(), Mask::causal(4));
     }

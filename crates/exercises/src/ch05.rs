@@ -54,7 +54,10 @@ pub fn log_softmax(scores: &ArrayRef1<f64>) -> Array1<f64> {
 /// ```
 pub fn softmax_jacobian(p: &ArrayRef1<f64>) -> Array2<f64> {
     let n = p.len();
-    Array2::from_shape_fn((n, n), |(i, j)| if i == j { p[i] * (1.0 - p[i]) } else { -p[i] * p[j] })
+    Array2::from_shape_fn(
+        (n, n),
+        |(i, j)| if i == j { p[i] * (1.0 - p[i]) } else { -p[i] * p[j] },
+    )
 }
 // ANCHOR_END: softmax_jacobian
 
@@ -94,7 +97,9 @@ mod tests {
         assert!(wide.iter().all(|v| v.is_finite()), "{wide}");
         assert!((wide[2] + 1600.0).abs() < 1e-9);
         // exp of it sums to 1.
-        assert!((log_softmax(&array![5.0, 5.0, 1.0]).mapv(f64::exp).sum() - 1.0).abs() < 1e-15);
+        assert!(
+            (log_softmax(&array![5.0, 5.0, 1.0]).mapv(f64::exp).sum() - 1.0).abs() < 1e-15
+        );
     }
 
     #[test]
@@ -111,7 +116,7 @@ mod tests {
                 assert!((j[[row, col]] - numeric[row]).abs() < 1e-8, "({row}, {col})");
             }
         }
-        // Symmetric, and each row sums to 0 (adding a constant to every score changes nothing).
+        // Symmetric, and each row sums to 0 (a constant added to every score changes nothing).
         assert_eq!(j, j.t());
         for row in j.rows() {
             assert!(row.sum().abs() < 1e-15);

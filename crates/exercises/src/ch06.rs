@@ -21,7 +21,11 @@ use ndarray::{Array2, ArrayRef2, ArrayRef3, Axis, s};
 pub fn head_columns(w: &ArrayRef2<f64>, heads: usize, i: usize) -> Result<Array2<f64>> {
     let d_head = head_width(w.ncols(), heads)?;
     if i >= heads {
-        return Err(AttentionError::shape("head", &[i], &format!("a head index below {heads} was expected")));
+        return Err(AttentionError::shape(
+            "head",
+            &[i],
+            &format!("a head index below {heads} was expected"),
+        ));
     }
     Ok(w.slice(s![.., i * d_head..(i + 1) * d_head]).to_owned())
 }
@@ -66,10 +70,20 @@ pub fn from_pytorch(
     let d = in_proj_weight.ncols();
     if in_proj_weight.nrows() != 3 * d {
         let expected = format!("a shape (3·d_model, d_model) = ({}, {d}) was expected", 3 * d);
-        return Err(AttentionError::shape("in_proj_weight", in_proj_weight.shape(), &expected));
+        return Err(AttentionError::shape(
+            "in_proj_weight",
+            in_proj_weight.shape(),
+            &expected,
+        ));
     }
     let block = |b: usize| in_proj_weight.slice(s![b * d..(b + 1) * d, ..]).t().to_owned();
-    MultiHeadAttention::new(block(0), block(1), block(2), out_proj_weight.t().to_owned(), heads)
+    MultiHeadAttention::new(
+        block(0),
+        block(1),
+        block(2),
+        out_proj_weight.t().to_owned(),
+        heads,
+    )
 }
 // ANCHOR_END: from_pytorch
 
@@ -125,9 +139,14 @@ mod tests {
         let loaded = from_pytorch(&in_proj, &w_o.t(), 2).unwrap();
         assert_eq!(loaded, reference);
         // Forgetting the transpose gives a different layer.
-        let wrong =
-            MultiHeadAttention::new(w_q.t().to_owned(), w_k.t().to_owned(), w_v.t().to_owned(), w_o.t().to_owned(), 2)
-                .unwrap();
+        let wrong = MultiHeadAttention::new(
+            w_q.t().to_owned(),
+            w_k.t().to_owned(),
+            w_v.t().to_owned(),
+            w_o.t().to_owned(),
+            2,
+        )
+        .unwrap();
         assert_ne!(wrong, reference);
         // A (d_model, d_model) matrix is not an in_proj_weight.
         let err = from_pytorch(&w_q, &w_o, 2).unwrap_err().to_string();

@@ -38,7 +38,11 @@ pub fn decoder_mask(valid_lengths: &[usize], len: usize) -> Result<Mask> {
 /// let out = one_token_at_a_time(&x, &x, &x).unwrap();
 /// assert_eq!(out.row(0), x.row(0)); // the first token sees only itself
 /// ```
-pub fn one_token_at_a_time(q: &ArrayRef2<f64>, k: &ArrayRef2<f64>, v: &ArrayRef2<f64>) -> Result<Array2<f64>> {
+pub fn one_token_at_a_time(
+    q: &ArrayRef2<f64>,
+    k: &ArrayRef2<f64>,
+    v: &ArrayRef2<f64>,
+) -> Result<Array2<f64>> {
     let mut out = Array2::zeros((q.nrows(), v.ncols()));
     for t in 0..q.nrows() {
         let seen = s![..=t, ..]; // the cache after t steps: keys and values 0..=t
@@ -60,9 +64,11 @@ pub fn one_token_at_a_time(q: &ArrayRef2<f64>, k: &ArrayRef2<f64>, v: &ArrayRef2
 /// use attention::self_attention::SelfAttention;
 /// use ndarray::Array2;
 ///
-/// let own = SelfAttention::new(Array2::<f64>::eye(2), Array2::eye(2), Array2::eye(2)).unwrap();
+/// let own =
+///     SelfAttention::new(Array2::<f64>::eye(2), Array2::eye(2), Array2::eye(2)).unwrap();
 /// let cross = own.clone();
-/// let out = decoder_step(&own, &cross, &Array2::ones((3, 2)), &Array2::ones((5, 2))).unwrap();
+/// let out =
+///     decoder_step(&own, &cross, &Array2::ones((3, 2)), &Array2::ones((5, 2))).unwrap();
 /// assert_eq!(out.dim(), (3, 2));
 /// ```
 pub fn decoder_step(
@@ -129,11 +135,19 @@ mod tests {
         later.row_mut(2).fill(7.0); // change the last decoder token
         let out_later = decoder_step(&own, &cross, &later, &x_enc).unwrap();
         assert!(max_diff(&out.slice(s![..2, ..]), &out_later.slice(s![..2, ..])) < 1e-15);
-        assert!(max_diff(&out.row(2).insert_axis(Axis(0)), &out_later.row(2).insert_axis(Axis(0))) > 0.0);
+        assert!(
+            max_diff(&out.row(2).insert_axis(Axis(0)), &out_later.row(2).insert_axis(Axis(0)))
+                > 0.0
+        );
 
         let mut source = x_enc.clone();
         source.row_mut(4).fill(3.0); // change the last source token: every row may move
         let out_source = decoder_step(&own, &cross, &x_dec, &source).unwrap();
-        assert!(max_diff(&out.row(0).insert_axis(Axis(0)), &out_source.row(0).insert_axis(Axis(0))) > 0.0);
+        assert!(
+            max_diff(
+                &out.row(0).insert_axis(Axis(0)),
+                &out_source.row(0).insert_axis(Axis(0))
+            ) > 0.0
+        );
     }
 }

@@ -72,7 +72,8 @@ pub fn causal_tiles_visited(l: usize, block_q: usize, tile_k: usize) -> usize {
     (0..l)
         .step_by(block_q)
         .map(|i0| {
-            let keys = (i0 + block_q).min(l); // keys 0..keys are visible to some query of the block
+            // Keys 0..keys are visible to some query of the block.
+            let keys = (i0 + block_q).min(l);
             keys.div_ceil(tile_k)
         })
         .sum()
@@ -108,7 +109,10 @@ mod tests {
             (m, l) = push_score(m, l, x);
             assert!(run.max == m && (run.sum - l).abs() < 1e-14);
         }
-        assert_eq!(push_score(f64::NEG_INFINITY, 0.0, f64::NEG_INFINITY), (f64::NEG_INFINITY, 0.0));
+        assert_eq!(
+            push_score(f64::NEG_INFINITY, 0.0, f64::NEG_INFINITY),
+            (f64::NEG_INFINITY, 0.0)
+        );
     }
 
     #[test]
@@ -122,9 +126,14 @@ mod tests {
         let whole = state(&scores);
         for split in 0..=scores.len() {
             let (a, b) = scores.split_at(split);
-            for merged in [merge_running(state(a), state(b)), merge_running(state(b), state(a))] {
+            for merged in
+                [merge_running(state(a), state(b)), merge_running(state(b), state(a))]
+            {
                 assert_eq!(merged.max, whole.max, "split at {split}");
-                assert!((merged.sum - whole.sum).abs() < 1e-14, "split at {split}: {merged:?} vs {whole:?}");
+                assert!(
+                    (merged.sum - whole.sum).abs() < 1e-14,
+                    "split at {split}: {merged:?} vs {whole:?}"
+                );
             }
         }
         let nothing = merge_running(Running::new(), Running::new());
@@ -133,10 +142,16 @@ mod tests {
 
     #[test]
     fn tiles_visited_match_the_crate() {
-        for (l, block_q, tile_k) in [(1024, 128, 128), (1000, 64, 96), (7, 3, 2), (1, 1, 1), (300, 512, 16)] {
+        for (l, block_q, tile_k) in
+            [(1024, 128, 128), (1000, 64, 96), (7, 3, 2), (1, 1, 1), (300, 512, 16)]
+        {
             let counts = causal_tile_counts(l, l, Tiles { block_q, tile_k }).unwrap();
             let visited = counts.iter().filter(|&&n| n > 0).count();
-            assert_eq!(causal_tiles_visited(l, block_q, tile_k), visited, "L = {l}, {block_q} × {tile_k}");
+            assert_eq!(
+                causal_tiles_visited(l, block_q, tile_k),
+                visited,
+                "L = {l}, {block_q} × {tile_k}"
+            );
         }
         // n blocks of square tiles: n(n + 1)/2, about half of n².
         assert_eq!(causal_tiles_visited(4096, 128, 128), 32 * 33 / 2);
