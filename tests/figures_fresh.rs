@@ -44,6 +44,10 @@
 //! After changing an example, regenerate and commit its figures:
 //! `cargo run --release --example chNN_name` (or `cargo xtask figures` for all of them).
 
+// Every chapter example is its own crate with its own `mod common;`; included here side by
+// side, their shared modules are loaded once per example, which is exactly what we want.
+#![allow(clippy::duplicate_mod)]
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::error::Error;
 use std::path::{Path, PathBuf};
