@@ -146,12 +146,9 @@ fn multihead<A: Float + WritableElement>(paths: &Paths, x: ArrayD<A>, w: [ArrayD
             title: format!("{}-head attention weights", paths.heads),
             axes: panel_axes,
         };
-        // A (batch, L, L) mask applies to every head: give it the heads axis to broadcast over.
-        let allowed = mask.as_ref().map(|m| {
-            let a = m.as_array();
-            if a.ndim() == 3 { a.insert_axis(ndarray::Axis(1)) } else { a }
-        });
-        outputs.write_bytes(path, &picture.render(&weights, allowed)?)?;
+        // A (batch, L, L) mask applies to every head, as in the computation itself.
+        let per_head = mask.as_ref().map(Mask::for_heads);
+        outputs.write_bytes(path, &picture.render(&weights, per_head.as_ref().map(Mask::as_array))?)?;
     }
     let written = outputs.commit()?;
     let names: Vec<String> = written.iter().map(|p| p.display().to_string()).collect();

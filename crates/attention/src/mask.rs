@@ -12,7 +12,7 @@
 //!
 //! Anchors: `causal`, `padding`, `apply_mask`, `to_additive`.
 
-use ndarray::{Array, Array2, Array3, ArrayD, ArrayViewD, Dimension, IxDyn, Zip};
+use ndarray::{Array, Array2, Array3, ArrayD, ArrayViewD, Axis, Dimension, IxDyn, Zip};
 
 use crate::error::{AttentionError, Result};
 use crate::float::Float;
@@ -113,6 +113,24 @@ impl Mask {
             ));
         }
         Ok(Mask { allowed: allowed.into_dyn() })
+    }
+
+    /// The mask to apply to multi-head weights `(batch, heads, L_q, L_k)`: a per-item mask
+    /// `(batch, L_q, L_k)` (a padding mask, say) gets a heads axis, `(batch, 1, L_q, L_k)`,
+    /// so that it reaches every head of its item; any other shape is returned as it is.
+    ///
+    /// ```
+    /// use attention::mask::Mask;
+    ///
+    /// let padding = Mask::padding(&[3, 2], 3, 3).unwrap(); // (batch, L, L) = (2, 3, 3)
+    /// assert_eq!(padding.for_heads().shape(), &[2, 1, 3, 3]);
+    /// assert_eq!(Mask::causal(3).for_heads().shape(), &[3, 3]); // broadcasts already
+    /// ```
+    pub fn for_heads(&self) -> Mask {
+        match self.allowed.ndim() {
+            3 => Mask { allowed: self.allowed.view().insert_axis(Axis(1)).to_owned() },
+            _ => self.clone(),
+        }
     }
 
     /// Both masks at once: a key is visible only if both allow it (e.g. causal and padding).

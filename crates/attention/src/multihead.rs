@@ -320,14 +320,9 @@ impl<A: Float> MultiHeadAttention<A> {
         x_kv: &ArrayRef3<A>,
         mask: Option<&Mask>,
     ) -> Result<MultiHeadOutput<A, Ix3>> {
-        match mask {
-            // (batch, L_q, L_k): give it a head axis so it reaches every head of its item.
-            Some(m) if m.shape().len() == 3 => {
-                let per_item = Mask::from_array(m.as_array().insert_axis(Axis(1)).to_owned())?;
-                self.attend(x_q, x_kv, Some(&per_item))
-            }
-            _ => self.attend(x_q, x_kv, mask),
-        }
+        // A (batch, L_q, L_k) mask gets a head axis so it reaches every head of its item.
+        let per_head = mask.filter(|m| m.shape().len() == 3).map(Mask::for_heads);
+        self.attend(x_q, x_kv, per_head.as_ref().or(mask))
     }
 
     // ANCHOR: multihead_attend
