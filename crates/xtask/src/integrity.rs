@@ -30,17 +30,36 @@ pub fn check_book(root: &Path) -> Result<()> {
     Ok(())
 }
 
-fn files_with_ext(dir: &Path, ext: &str, out: &mut Vec<PathBuf>) -> Result<()> {
-    for entry in std::fs::read_dir(dir).map_err(|e| format!("cannot read {}: {e}", dir.display()))? {
-        let path = entry?.path();
-        if path.is_dir() {
-            files_with_ext(&path, ext, out)?;
-        } else if path.extension().is_some_and(|e| e == ext) {
-            out.push(path);
+/// Every file under `dir` (recursively) whose extension is `ext`, sorted.
+fn files_with_ext(dir: &Path, ext: &str) -> Result<Vec<PathBuf>> {
+    fn walk(dir: &Path, ext: &str, out: &mut Vec<PathBuf>) -> Result<()> {
+        for entry in std::fs::read_dir(dir).map_err(|e| format!("cannot read {}: {e}", dir.display()))? {
+            let path = entry?.path();
+            if path.is_dir() {
+                walk(&path, ext, out)?;
+            } else if path.extension().is_some_and(|e| e == ext) {
+                out.push(path);
+            }
         }
+        Ok(())
     }
-    out.sort();
-    Ok(())
+    let mut files = Vec::new();
+    walk(dir, ext, &mut files)?;
+    files.sort();
+    Ok(files)
+}
+
+/// The text between each `open` and the next `close` after it, in order.
+fn delimited<'a>(text: &'a str, open: &str, close: &str) -> Vec<&'a str> {
+    let mut found = Vec::new();
+    let mut rest = text;
+    while let Some(start) = rest.find(open) {
+        let after = &rest[start + open.len()..];
+        let Some(end) = after.find(close) else { break };
+        found.push(&after[..end]);
+        rest = &after[end..];
+    }
+    found
 }
 
 fn read(path: &Path) -> Result<String> {
@@ -52,8 +71,7 @@ fn read(path: &Path) -> Result<String> {
 
 /// Problems with the include directives of every Markdown file under `src`.
 pub fn check_sources(src: &Path) -> Result<Vec<String>> {
-    let mut pages = Vec::new();
-    files_with_ext(src, "md", &mut pages)?;
+    let pages = files_with_ext(src, "md")?;
     let mut problems = Vec::new();
     for page in pages {
         let text = read(&page)?;
@@ -69,18 +87,11 @@ pub fn check_sources(src: &Path) -> Result<Vec<String>> {
 
 /// The insides of `{{#include ...}}` and `{{#rustdoc_include ...}}` directives.
 fn include_directives(text: &str) -> Vec<&str> {
-    let mut found = Vec::new();
-    let mut rest = text;
-    while let Some(start) = rest.find("{{#") {
-        let after = &rest[start + 3..];
-        let Some(end) = after.find("}}") else { break };
-        let inner = after[..end].trim();
-        if inner.starts_with("include ") || inner.starts_with("rustdoc_include ") {
-            found.push(inner);
-        }
-        rest = &after[end..];
-    }
-    found
+    delimited(text, "{{#", "}}")
+        .into_iter()
+        .map(str::trim)
+        .filter(|inner| inner.starts_with("include ") || inner.starts_with("rustdoc_include "))
+        .collect()
 }
 
 fn check_include(dir: &Path, directive: &str) -> std::result::Result<(), String> {
@@ -250,8 +261,7 @@ const LOADING_TAGS: [&str; 10] = ["script", "link", "img", "iframe", "source", "
 
 /// Problems found in the built HTML under `html_dir`.
 pub fn check_html(html_dir: &Path) -> Result<Vec<String>> {
-    let mut files = Vec::new();
-    files_with_ext(html_dir, "html", &mut files)?;
+    let files = files_with_ext(html_dir, "html")?;
     let mut pages = HashMap::new();
     for file in &files {
         pages.insert(file.clone(), parse_html(&read(file)?));
@@ -343,15 +353,7 @@ pub fn check_html(html_dir: &Path) -> Result<Vec<String>> {
 
 /// The targets of `url(...)` in a stylesheet, without quotes.
 fn css_urls(css: &str) -> Vec<&str> {
-    let mut urls = Vec::new();
-    let mut rest = css;
-    while let Some(start) = rest.find("url(") {
-        let after = &rest[start + 4..];
-        let Some(end) = after.find(')') else { break };
-        urls.push(after[..end].trim().trim_matches(['"', '\'']));
-        rest = &after[end..];
-    }
-    urls
+    delimited(css, "url(", ")").into_iter().map(|url| url.trim().trim_matches(['"', '\''])).collect()
 }
 
 /// Resolves a local URL from `from` and checks its file and fragment.
