@@ -313,8 +313,9 @@ macro_rules! style_setters {
         /// Whether to write each cell's value in it. By default values are written when the
         /// matrices have at most [`ANNOTATE_MAX`] rows and columns and the figure (with grid
         /// panels at least two to a row) stays at most 900 pixels wide; larger matrices are
-        /// drawn as colour only, with every n-th row and column label so that labels never
-        /// overlap.
+        /// drawn as colour only; row and column numbers are then thinned (every n-th) so that
+        /// they never overlap, while labels given with `labels`, `row_labels` or `col_labels`
+        /// are all drawn, the cells growing to a label's height where needed.
         ///
         /// ```
         /// # use ndarray::array;
@@ -393,7 +394,8 @@ macro_rules! style_setters {
 /// The defaults suit attention weights (rows are queries, columns keys, YlOrRd colours, two
 /// decimals). Rows and columns are numbered from 0 unless labelled. Values are written in the
 /// cells of matrices up to [`ANNOTATE_MAX`]×[`ANNOTATE_MAX`]; larger matrices (say 64×64) are
-/// drawn as colour only, with every n-th label so that labels do not overlap.
+/// drawn as colour only, with every n-th row and column number so that they do not overlap
+/// (labels you give are all drawn: the cells grow to fit them).
 ///
 /// Masked cells: a cell is masked when [`Heatmap::masked`] says so, when [`Heatmap::allowed`]
 /// says it is not allowed, or when its value is −∞ (as masked attention scores are). NaN and +∞
@@ -787,7 +789,14 @@ impl Layout {
         };
         if !annotate {
             let target = if panels.len() == 1 { 448 } else { 256 };
-            let cell = (target / max_rows.max(max_cols) as i32).clamp(2, 40);
+            // Labels given by the caller are all drawn: the cells grow to a label's height.
+            let named = panels
+                .iter()
+                .any(|p| p.row_labels.is_some() || p.col_labels.is_some());
+            let floor = if named { LABEL.line_height() + 2 } else { 2 };
+            let cell = (target / max_rows.max(max_cols) as i32)
+                .max(floor)
+                .clamp(2, 40);
             layout.set_cell(panels, cell, false);
         }
         layout.columns = match columns {
@@ -1138,4 +1147,44 @@ fn draw_colorbar(
         )?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The layout of a grid of `panels` matrices of `n × n`, labelled or numbered.
+    fn layout(panels: usize, n: usize, labelled: bool) -> Layout {
+        let data = Array2::from_shape_fn((n, n), |(i, j)| (i * n + j) as f64 / (n * n) as f64);
+        let labels: Vec<String> = (0..n).map(|i| format!("tok{i}")).collect();
+        let panels: Vec<Panel> = (0..panels)
+            .map(|_| {
+                let p = Panel::new(&data);
+                if labelled { p.labels(&labels) } else { p }
+            })
+            .collect();
+        let style = Style::default();
+        let scale = Scale {
+            scheme: style.scheme,
+            low: 0.0,
+            high: 1.0,
+        };
+        Layout::new(&panels, &style, None, None, &scale).unwrap()
+    }
+
+    #[test]
+    fn given_labels_are_all_drawn_numbers_are_thinned() {
+        for (panels, n) in [(1, 16), (4, 16), (6, 32), (2, 64)] {
+            let named = layout(panels, n, true);
+            assert_eq!(
+                (named.row_step, named.col_step),
+                (1, 1),
+                "{panels} panels of {n} labels"
+            );
+            assert!(named.cell >= LABEL.line_height() + 2);
+        }
+        // Numbers alone may be thinned in a grid of 16 × 16 panels (that is the old behaviour
+        // the labels no longer get).
+        assert!(layout(4, 16, false).row_step > 1);
+    }
 }
