@@ -1,51 +1,130 @@
 //! `attend`: scaled dot-product attention on Q, K, V read from `.npy` files.
 
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+
 use attention::Float;
 use attention::mask::Mask;
 use attention::sdpa::sdpa_batched;
 use attention::tiled::{Masking, Tiles, tiled_sdpa_batched};
-use ndarray::ArrayD;
+use clap::error::ErrorKind;
+use clap::{Parser, ValueEnum};
+use ndarray::{ArrayD, Axis};
 use ndarray_npy::WritableElement;
 
+use super::outputs::{Named, Outputs, check_distinct};
 use super::{
-    Args, Outputs, Picture, Tensor, distinct_outputs, explain, labels_need_png, load_bool, same_dtype, shape_text,
+    Failure, Picture, Tensor, at_least_one, explain, load_bool, png_path, same_dtype, shape_text,
+    usage, wrote,
 };
 
 #[path = "../common/timing.rs"]
 mod timing;
 
-/// The command line, as `--help`-less usage text.
-pub const USAGE: &str = "attend --q Q.npy --k K.npy --v V.npy [--mask causal | --mask M.npy] --out OUT.npy \
-                         [--weights W.npy] [--png HEATMAP.png [--labels \"my,name,is,Aj\"]] \
-                         [--impl plain|tiled] [--bench N]";
-
 /// Below this many scores per matrix (`L_q · L_k`, 256 × 256) the default is the plain path.
 pub const TILED_FROM: usize = 256 * 256;
 
+/// Scaled dot-product attention, softmax(Q·Kᵀ/√d_k + mask)·V, on your own tensors.
+///
+/// Reads Q, K and V (and a mask) from NumPy .npy files and writes the output (and the
+/// weights) as .npy files, in the inputs' dtype; it can also draw the weights as a PNG
+/// heatmap. Q, K and V are float32 or float64 (all the same), with the same 0, 1 or 2
+/// leading axes (batch, heads). d_k is the last axis of Q; the scale is √d_k.
+#[derive(Parser, Debug)]
+#[command(
+    name = "attend",
+    version,
+    after_help = "Example (from the repository root):\n  \
+        cargo run --release --example attend -- --q q.npy --k k.npy --v v.npy --mask causal \\\n      \
+        --out out.npy --weights w.npy --png w.png --labels \"my,name,is,Aj\"\n\n\
+        Exit codes: 0 done; 1 bad data (a file missing, malformed, of the wrong dtype or shape, \
+        or not writable); 2 bad usage (options); 128 + N interrupted by signal N while writing.\n\
+        A failed run changes no file. Reference: Appendix C of the book."
+)]
+pub struct Cli {
+    /// Queries: (L_q, d_k), (batch, L_q, d_k) or (batch, heads, L_q, d_k)
+    #[arg(long, value_name = "Q.npy")]
+    pub q: PathBuf,
+    /// Keys: (L_k, d_k), with Q's leading axes
+    #[arg(long, value_name = "K.npy")]
+    pub k: PathBuf,
+    /// Values: (L_k, d_v), with Q's leading axes
+    #[arg(long, value_name = "V.npy")]
+    pub v: PathBuf,
+    /// `causal` (query i sees keys 0..=i, aligned at the top left), or a bool .npy, True = may
+    /// attend, that broadcasts to the weights (…, L_q, L_k) as PyTorch's attn_mask does
+    #[arg(long, value_name = "causal|M.npy", value_parser = MaskArg::parse)]
+    pub mask: Option<MaskArg>,
+    /// Where to write the output, (…, L_q, d_v)
+    #[arg(long, value_name = "OUT.npy")]
+    pub out: PathBuf,
+    /// Where to write the attention weights, (…, L_q, L_k)
+    #[arg(long, value_name = "W.npy")]
+    pub weights: Option<PathBuf>,
+    /// Draw the weights: one heatmap, or one panel per batch item and head (at most 64)
+    #[arg(long, value_name = "HEATMAP.png", value_parser = png_path)]
+    pub png: Option<PathBuf>,
+    /// Name the tokens of the heatmap, comma-separated, one per token (at most 64)
+    #[arg(
+        long,
+        value_name = "a,b,c",
+        requires = "png",
+        allow_hyphen_values = true
+    )]
+    pub labels: Option<String>,
+    /// How to compute. Default: plain when the weights are asked for or a matrix has fewer
+    /// than 256 × 256 scores, else tiled (RAYON_NUM_THREADS=N limits its threads)
+    #[arg(long = "impl", value_name = "IMPL", value_enum)]
+    pub implementation: Option<Impl>,
+    /// Time the computation alone: one warm-up, then N runs; the summary ends with
+    /// `median_ms=<number>` (the files are written once)
+    #[arg(long, value_name = "N", value_parser = at_least_one, allow_negative_numbers = true)]
+    pub bench: Option<u32>,
+}
+
+/// `--mask`: the causal mask, or a file.
+#[derive(Clone, Debug, PartialEq)]
+pub enum MaskArg {
+    /// `--mask causal`.
+    Causal,
+    /// `--mask M.npy` (a file named `causal` is `--mask ./causal`).
+    File(PathBuf),
+}
+
+impl MaskArg {
+    fn parse(text: &str) -> Result<MaskArg, String> {
+        Ok(if text == "causal" {
+            MaskArg::Causal
+        } else {
+            MaskArg::File(text.into())
+        })
+    }
+
+    fn describe(&self) -> String {
+        match self {
+            MaskArg::Causal => "causal".into(),
+            MaskArg::File(path) => path.display().to_string(),
+        }
+    }
+}
+
 /// Which implementation computes the attention (`--impl`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Impl {
-    /// `sdpa_batched`: forms the weights (needed for `--weights` and `--png`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Impl {
+    /// sdpa_batched, which forms the weights (needed for --weights and --png)
     Plain,
-    /// `tiled_sdpa_batched`: the output only, without the `L_q × L_k` matrix, on all cores.
+    /// tiled_sdpa_batched: the output only, without the L_q × L_k matrix, on every core
     Tiled,
 }
 
 impl Impl {
-    /// `--impl plain|tiled`, or the default: plain when the weights are asked for (only the
-    /// plain path forms them) or when a matrix has fewer than [`TILED_FROM`] scores, tiled
-    /// otherwise.
-    fn choose(flag: Option<&str>, wants_weights: bool, scores: usize) -> Result<Impl, String> {
+    /// `--impl`, or the default: plain when the weights are asked for (only the plain path
+    /// forms them) or when a matrix has fewer than [`TILED_FROM`] scores, tiled otherwise.
+    fn choose(flag: Option<Impl>, wants_weights: bool, scores: usize) -> Impl {
         match flag {
-            Some("plain") => Ok(Impl::Plain),
-            Some("tiled") if wants_weights => Err(
-                "--impl tiled: the tiled path never forms the weights; drop --weights and --png, or use --impl plain"
-                    .into(),
-            ),
-            Some("tiled") => Ok(Impl::Tiled),
-            Some(other) => Err(format!("--impl {other}: expected plain or tiled (usage: {USAGE})")),
-            None if wants_weights || scores < TILED_FROM => Ok(Impl::Plain),
-            None => Ok(Impl::Tiled),
+            Some(choice) => choice,
+            None if wants_weights || scores < TILED_FROM => Impl::Plain,
+            None => Impl::Tiled,
         }
     }
 
@@ -57,150 +136,195 @@ impl Impl {
     }
 }
 
-/// `--bench N`: a whole number of runs, at least 1.
-fn bench_runs(flag: Option<&str>) -> Result<Option<usize>, String> {
-    flag.map(|n| match n.parse::<usize>() {
-        Ok(runs) if runs >= 1 => Ok(runs),
-        _ => Err(format!("--bench {n}: expected a number of runs, at least 1")),
-    })
-    .transpose()
-}
+/// Runs the tool on its arguments (the program name first): reads the inputs, attends, writes
+/// OUT (and W, and the PNG); returns the summary (with `--bench`, followed by the timing,
+/// whose last line is `median_ms=<number>`).
+pub fn run(args: Vec<OsString>) -> Result<String, Failure> {
+    let cli = Cli::try_parse_from(args)?;
+    let wants_weights = cli.weights.is_some() || cli.png.is_some();
+    if cli.implementation == Some(Impl::Tiled) && wants_weights {
+        return Err(usage::<Cli>(
+            ErrorKind::ArgumentConflict,
+            "--impl tiled never forms the weights: drop --weights and --png, or use --impl plain",
+        ));
+    }
+    let mut inputs = vec![
+        Named {
+            flag: "--q",
+            path: &cli.q,
+        },
+        Named {
+            flag: "--k",
+            path: &cli.k,
+        },
+        Named {
+            flag: "--v",
+            path: &cli.v,
+        },
+    ];
+    if let Some(MaskArg::File(path)) = &cli.mask {
+        inputs.push(Named {
+            flag: "--mask",
+            path,
+        });
+    }
+    let mut outputs = vec![Named {
+        flag: "--out",
+        path: &cli.out,
+    }];
+    outputs.extend(cli.weights.as_deref().map(|path| Named {
+        flag: "--weights",
+        path,
+    }));
+    outputs.extend(cli.png.as_deref().map(|path| Named {
+        flag: "--png",
+        path,
+    }));
+    check_distinct(&inputs, &outputs)
+        .map_err(|message| usage::<Cli>(ErrorKind::ArgumentConflict, message))?;
 
-/// Runs the tool: reads the inputs, attends, writes OUT (and W); returns a one-line summary
-/// (with `--bench`, followed by the timing, whose last line is `median_ms=<number>`).
-pub fn run(args: &[String]) -> Result<String, String> {
-    let args = Args::parse(args, &["q", "k", "v", "mask", "out", "weights", "png", "labels", "impl", "bench"], USAGE)?;
-    labels_need_png(&args)?;
-    let bench = bench_runs(args.optional("bench"))?;
-    let wants_weights = args.optional("weights").is_some() || args.optional("png").is_some();
-    Impl::choose(args.optional("impl"), wants_weights, 0)?; // a bad --impl fails before any file is read
-    let paths = Paths {
-        q: args.required("q", USAGE)?,
-        k: args.required("k", USAGE)?,
-        v: args.required("v", USAGE)?,
-        mask: args.optional("mask"),
-        out: args.required("out", USAGE)?,
-        weights: args.optional("weights"),
-        png: args.optional("png"),
-        labels: args.optional("labels"),
-        implementation: args.optional("impl"),
-        bench,
-    };
-    let mut inputs = vec![paths.q, paths.k, paths.v];
-    inputs.extend(paths.mask.filter(|m| *m != "causal"));
-    let outputs: Vec<&str> = [Some(paths.out), paths.weights, paths.png].into_iter().flatten().collect();
-    distinct_outputs(&inputs, &outputs)?;
-
-    let (q, k, v) = (Tensor::load(paths.q)?, Tensor::load(paths.k)?, Tensor::load(paths.v)?);
-    same_dtype(&[(paths.q, &q), (paths.k, &k), (paths.v, &v)])?;
-    for (path, t) in [(paths.q, &q), (paths.k, &k), (paths.v, &v)] {
+    let (q, k, v) = (
+        Tensor::load(&cli.q)?,
+        Tensor::load(&cli.k)?,
+        Tensor::load(&cli.v)?,
+    );
+    same_dtype(&[(&cli.q, &q), (&cli.k, &k), (&cli.v, &v)])?;
+    for (path, t) in [(&cli.q, &q), (&cli.k, &k), (&cli.v, &v)] {
         if !(2..=4).contains(&t.shape().len()) {
-            return Err(format!(
-                "{path}: has shape {} but (L, d), (batch, L, d) or (batch, heads, L, d) was expected",
+            return Err(Failure::Data(format!(
+                "{}: has shape {} but (L, d), (batch, L, d) or (batch, heads, L, d) was expected",
+                path.display(),
                 shape_text(t.shape())
-            ));
+            )));
         }
     }
     match (q, k, v) {
-        (Tensor::F32(q), Tensor::F32(k), Tensor::F32(v)) => attend(&paths, q, k, v),
-        (Tensor::F64(q), Tensor::F64(k), Tensor::F64(v)) => attend(&paths, q, k, v),
+        (Tensor::F32(q), Tensor::F32(k), Tensor::F32(v)) => attend(&cli, q, k, v),
+        (Tensor::F64(q), Tensor::F64(k), Tensor::F64(v)) => attend(&cli, q, k, v),
         _ => unreachable!("same_dtype checked that all three agree"),
     }
 }
 
-struct Paths<'a> {
-    q: &'a str,
-    k: &'a str,
-    v: &'a str,
-    mask: Option<&'a str>,
-    out: &'a str,
-    weights: Option<&'a str>,
-    png: Option<&'a str>,
-    labels: Option<&'a str>,
-    implementation: Option<&'a str>,
-    bench: Option<usize>,
+/// Loads a bool mask and checks that it broadcasts to the weights' shape `(…, L_q, L_k)`
+/// (right-aligned: each of the mask's axes is 1 or the weights' size; it may have fewer).
+fn load_mask(path: &Path, weights_shape: &[usize]) -> Result<Mask, Failure> {
+    let mut allowed = load_bool(path)?;
+    if allowed.ndim() > weights_shape.len()
+        || allowed
+            .shape()
+            .iter()
+            .rev()
+            .zip(weights_shape.iter().rev())
+            .any(|(&m, &w)| m != 1 && m != w)
+    {
+        return Err(Failure::Data(format!(
+            "{}: the mask's shape {} does not broadcast to the weights' shape {}: aligned from \
+             the right, each axis of the mask must be 1 or equal to the weights' axis (PyTorch's \
+             rule for attn_mask), and it may not have more axes",
+            path.display(),
+            shape_text(allowed.shape()),
+            shape_text(weights_shape)
+        )));
+    }
+    while allowed.ndim() < 2 {
+        allowed.insert_axis_inplace(Axis(0)); // (L_k,) is (1, L_k); () is (1, 1)
+    }
+    Mask::from_array(allowed).map_err(|e| Failure::Data(format!("{}: {e}", path.display())))
 }
 
 fn attend<A: Float + WritableElement>(
-    paths: &Paths,
+    cli: &Cli,
     q: ArrayD<A>,
     k: ArrayD<A>,
     v: ArrayD<A>,
-) -> Result<String, String> {
-    let files = [("q", paths.q), ("k", paths.k), ("v", paths.v), ("mask", paths.mask.unwrap_or("--mask"))];
+) -> Result<String, Failure> {
+    let mask_path = match &cli.mask {
+        Some(MaskArg::File(path)) => path.as_path(),
+        _ => Path::new("--mask"),
+    };
+    let files = [
+        ("q", cli.q.as_path()),
+        ("k", &cli.k),
+        ("v", &cli.v),
+        ("mask", mask_path),
+    ];
     let n = q.ndim();
     if k.ndim() != n || v.ndim() != n {
-        let (path, other) = if k.ndim() != n { (paths.k, &k) } else { (paths.v, &v) };
-        return Err(format!(
-            "{path}: has {} axes but {} has {n}: Q, K and V need the same leading axes",
+        let (path, other) = if k.ndim() != n {
+            (&cli.k, &k)
+        } else {
+            (&cli.v, &v)
+        };
+        return Err(Failure::Data(format!(
+            "{}: has {} axes but {} has {n}: Q, K and V need the same leading axes",
+            path.display(),
             other.ndim(),
-            paths.q
-        ));
+            cli.q.display()
+        )));
     }
     let (l_q, l_k) = (q.shape()[n - 2], k.shape()[n - 2]);
-    let mask = match paths.mask {
+    let mut weights_shape = q.shape()[..n - 2].to_vec();
+    weights_shape.extend([l_q, l_k]);
+    let mask = match &cli.mask {
         None => None,
-        Some("causal") => Some(Mask::causal_rect(l_q, l_k)),
-        Some(path) => {
-            let allowed = load_bool(path)?;
-            let mut with_lead = q.shape()[..n - 2].to_vec();
-            with_lead.extend([l_q, l_k]);
-            if allowed.shape() != [l_q, l_k] && allowed.shape() != with_lead.as_slice() {
-                let mut expected = shape_text(&[l_q, l_k]);
-                if n > 2 {
-                    expected = format!("{expected} or {}", shape_text(&with_lead));
-                }
-                return Err(format!(
-                    "{path}: mask has shape {} but {expected} was expected (true = may attend)",
-                    shape_text(allowed.shape())
-                ));
-            }
-            Some(Mask::from_array(allowed).map_err(|e| explain(&e, &files))?)
-        }
+        Some(MaskArg::Causal) => Some(Mask::causal_rect(l_q, l_k)),
+        Some(MaskArg::File(path)) => Some(load_mask(path, &weights_shape)?),
     };
-    let wants_weights = paths.weights.is_some() || paths.png.is_some();
-    let implementation = Impl::choose(paths.implementation, wants_weights, l_q * l_k)?;
-    let masking = match (paths.mask, &mask) {
-        (Some("causal"), _) => Masking::Causal,
+    let wants_weights = cli.weights.is_some() || cli.png.is_some();
+    let implementation = Impl::choose(cli.implementation, wants_weights, l_q * l_k);
+    let masking = match (&cli.mask, &mask) {
+        (Some(MaskArg::Causal), _) => Masking::Causal,
         (_, Some(mask)) => Masking::Mask(mask),
         (_, None) => Masking::All,
     };
     // The computation alone, without file I/O: what --bench times.
     let compute = || match implementation {
-        Impl::Plain => sdpa_batched(&q, &k, &v, mask.as_ref()).map(|att| (att.output, Some(att.weights))),
-        Impl::Tiled => tiled_sdpa_batched(&q, &k, &v, masking, Tiles::default()).map(|output| (output, None)),
+        Impl::Plain => {
+            sdpa_batched(&q, &k, &v, mask.as_ref()).map(|att| (att.output, Some(att.weights)))
+        }
+        Impl::Tiled => {
+            tiled_sdpa_batched(&q, &k, &v, masking, Tiles::default()).map(|output| (output, None))
+        }
     };
     let (output, weights) = compute().map_err(|e| explain(&e, &files))?;
-    let median_ms = paths.bench.map(|runs| timing::median_ms(runs, compute));
-    let mut outputs = Outputs::default();
-    outputs.write(paths.out, &output)?;
-    if let (Some(path), Some(weights)) = (paths.weights, &weights) {
-        outputs.write(path, weights)?;
+    let median_ms = cli
+        .bench
+        .map(|runs| timing::median_ms(runs as usize, compute));
+
+    let mut outputs = Outputs::new();
+    let mut written = vec![format!("output {}", shape_text(output.shape()))];
+    outputs.write_npy(&cli.out, &output)?;
+    if let (Some(path), Some(weights)) = (&cli.weights, &weights) {
+        outputs.write_npy(path, weights)?;
+        written.push(format!("weights {}", shape_text(weights.shape())));
     }
-    if let Some(path) = paths.png {
+    if let Some(path) = &cli.png {
         let picture = Picture {
             path,
-            labels: paths.labels,
+            labels: cli.labels.as_deref(),
             title: format!(
                 "Attention weights ({})",
-                paths.mask.map_or("no mask".to_string(), |m| format!("mask: {m}"))
+                cli.mask
+                    .as_ref()
+                    .map_or("no mask".to_string(), |m| format!("mask: {}", m.describe()))
             ),
             axes: &["batch", "head"][..n - 2],
         };
-        let weights = weights.as_ref().expect("the plain path runs whenever --png is given");
-        outputs.write_bytes(path, &picture.render(weights, mask.as_ref().map(Mask::as_array))?)?;
+        let weights = weights
+            .as_ref()
+            .expect("the plain path runs whenever --png is given");
+        let png = picture.render(weights, mask.as_ref().map(Mask::as_array))?;
+        outputs.write_bytes(path, &png)?;
+        written.push("heatmap of the weights".into());
     }
-    let written = outputs.commit()?;
-    let names: Vec<String> = written.iter().map(|p| p.display().to_string()).collect();
-    let weights_shape = weights.map_or("not formed".to_string(), |w| shape_text(w.shape()));
+    let paths = outputs.commit()?;
     let mut summary = format!(
-        "attention ({}) over {} with L_q = {l_q}, L_k = {l_k}: wrote {} (output {}, weights {weights_shape})",
+        "attention ({}) over {} with L_q = {l_q}, L_k = {l_k}: {}",
         implementation.name(),
         shape_text(q.shape()),
-        names.join(" and "),
-        shape_text(output.shape()),
+        wrote(&paths.into_iter().zip(written).collect::<Vec<_>>()),
     );
-    if let (Some(runs), Some(ms)) = (paths.bench, median_ms) {
+    if let (Some(runs), Some(ms)) = (cli.bench, median_ms) {
         summary += &format!(
             "\n{} median of {runs} runs after one warm-up, without file I/O:\nmedian_ms={ms:.3}",
             implementation.name()

@@ -1,68 +1,129 @@
-//! What the reader tools `attend` and `multihead` share: argument parsing, loading `.npy`
-//! files with checks, and writing results so that a failure leaves no partial file.
+//! What the reader tools `attend` and `multihead` share: how they fail, loading `.npy` files
+//! with checks, the `--png` heatmaps, and writing results so that no run loses a file.
 //!
-//! Each tool's logic is a `run(args) -> Result<summary, message>` function, so the tests
-//! (`tests/tools.rs`) call it directly; `main_with` turns it into a process: the summary on
-//! stdout and exit code 0, or one line `error: <file>: <problem>` on stderr and exit code 1.
+//! Each tool's logic is a `run(args) -> Result<summary, Failure>` function, so the tests call
+//! it directly (`tests/tools.rs`) or run it as a process (`tests/tool_processes.rs`);
+//! [`main_with`] turns it into a process:
+//!
+//! | outcome | printed | exit code |
+//! |---|---|---|
+//! | success | the summary, on stdout | 0 |
+//! | `--help`, `--version` | clap's text, on stdout | 0 |
+//! | bad usage (an unknown, missing or malformed option, options that conflict, an output that is an input) | clap's standard error: `error: …`, the usage line and a hint | 2 |
+//! | bad data (a file missing, malformed, of the wrong dtype or shape, a NaN) or a file that cannot be written | one line, `error: <file>: <problem>` | 1 |
+//! | SIGINT, SIGTERM or SIGHUP while writing the outputs | one line, `error: interrupted by …` | 128 + the signal's number |
+//!
+//! A failed run changes no file (see [`outputs`]).
 
 pub mod attend;
 pub mod multihead;
+pub mod npy;
+pub mod outputs;
 
-use std::collections::HashMap;
+use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use attention::{AttentionError, Float};
+use clap::CommandFactory;
+use clap::error::ErrorKind;
 use figures::{Heatmap, HeatmapGrid, Panel, ValueRange};
 use ndarray::{ArrayD, ArrayViewD, Axis, Dimension, Ix2};
-use ndarray_npy::{ReadNpyError, ReadableElement, WritableElement, read_npy, write_npy};
 
-/// Runs a tool on the process arguments: prints its summary, or `error: ...` and exits 1.
-pub fn main_with(run: fn(&[String]) -> Result<String, String>) -> ExitCode {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    match run(&args) {
-        Ok(summary) => {
-            println!("{summary}");
-            ExitCode::SUCCESS
-        }
-        Err(message) => {
-            eprintln!("error: {message}");
-            ExitCode::FAILURE
+/// How a run of a tool fails.
+#[derive(Debug)]
+pub enum Failure {
+    /// The command line is wrong (or asks for `--help`/`--version`): clap's own message.
+    Usage(clap::Error),
+    /// A file is missing, malformed or does not fit, or an output cannot be written.
+    Data(String),
+    /// A signal arrived while the outputs were written; they were rolled back.
+    Interrupted {
+        /// The signal's number.
+        signal: i32,
+        /// What happened, in one line.
+        message: String,
+    },
+}
+
+impl Failure {
+    /// 2 for bad usage (0 for `--help` and `--version`), 1 for bad data, 128 + the signal's
+    /// number for an interruption.
+    pub fn exit_code(&self) -> i32 {
+        match self {
+            Failure::Usage(e) => e.exit_code(),
+            Failure::Data(_) => 1,
+            Failure::Interrupted { signal, .. } => 128 + signal,
         }
     }
-}
 
-/// `--name value` pairs, each option at most once, only the known ones.
-pub struct Args {
-    values: HashMap<String, String>,
-}
-
-impl Args {
-    /// Parses `args` against the allowed option names (without `--`).
-    pub fn parse(args: &[String], allowed: &[&str], usage: &str) -> Result<Args, String> {
-        let mut values = HashMap::new();
-        let mut iter = args.iter();
-        while let Some(arg) = iter.next() {
-            let name = arg
-                .strip_prefix("--")
-                .filter(|name| allowed.contains(name))
-                .ok_or_else(|| format!("unknown argument {arg:?} (usage: {usage})"))?;
-            let value = iter.next().ok_or_else(|| format!("--{name} needs a value (usage: {usage})"))?;
-            if values.insert(name.to_string(), value.clone()).is_some() {
-                return Err(format!("--{name} is given twice"));
+    /// The message as the process prints it (clap's text for usage, else `error: ...`).
+    pub fn message(&self) -> String {
+        match self {
+            Failure::Usage(e) => e.render().to_string(),
+            Failure::Data(m) | Failure::Interrupted { message: m, .. } => {
+                format!("error: {}", m.replace('\n', " "))
             }
         }
-        Ok(Args { values })
     }
+}
 
-    /// A required option.
-    pub fn required(&self, name: &str, usage: &str) -> Result<&str, String> {
-        self.optional(name).ok_or_else(|| format!("--{name} is required (usage: {usage})"))
+impl From<clap::Error> for Failure {
+    fn from(e: clap::Error) -> Self {
+        Failure::Usage(e)
     }
+}
 
-    /// An optional option.
-    pub fn optional(&self, name: &str) -> Option<&str> {
-        self.values.get(name).map(String::as_str)
+/// A tool's logic: the arguments (program name first) to a summary or a failure.
+pub type Run = fn(Vec<OsString>) -> Result<String, Failure>;
+
+/// Runs a tool on the process's arguments, prints what it has to say and returns its exit
+/// code (see the table in the module documentation).
+pub fn main_with(run: Run) -> ExitCode {
+    let code = report(run(std::env::args_os().collect()));
+    ExitCode::from(u8::try_from(code).unwrap_or(1))
+}
+
+/// Prints a run's summary or failure where it belongs and returns the exit code.
+pub fn report(result: Result<String, Failure>) -> i32 {
+    match result {
+        Ok(summary) => {
+            println!("{summary}");
+            0
+        }
+        Err(Failure::Usage(e)) => {
+            let _ = e.print(); // help and version to stdout, errors to stderr
+            e.exit_code()
+        }
+        Err(failure) => {
+            eprintln!("{}", failure.message());
+            failure.exit_code()
+        }
+    }
+}
+
+/// A usage error found after parsing (options that conflict, an output that is an input),
+/// in clap's standard form for the tool `C`.
+pub fn usage<C: CommandFactory>(kind: ErrorKind, message: impl std::fmt::Display) -> Failure {
+    Failure::Usage(C::command().error(kind, message))
+}
+
+/// `--png`'s value: a path ending in `.png` (the tools write PNG data and nothing else).
+pub fn png_path(text: &str) -> Result<PathBuf, String> {
+    let path = PathBuf::from(text);
+    match path.extension().and_then(|e| e.to_str()) {
+        Some(ext) if ext.eq_ignore_ascii_case("png") => Ok(path),
+        _ => Err(format!(
+            "the heatmap is written as a PNG image: give a file name ending in .png, not {text:?}"
+        )),
+    }
+}
+
+/// A count given on the command line (`--heads`, `--bench`): a whole number, at least 1.
+pub fn at_least_one(text: &str) -> Result<u32, String> {
+    match text.parse::<u32>() {
+        Ok(n) if n >= 1 => Ok(n),
+        _ => Err("expected a whole number, at least 1".into()),
     }
 }
 
@@ -76,17 +137,20 @@ pub enum Tensor {
 
 impl Tensor {
     /// Reads a `float32` or `float64` array and rejects NaN and infinite entries.
-    pub fn load(path: &str) -> Result<Tensor, String> {
-        let tensor = match read::<f64>(path) {
-            Ok(a) => Tensor::F64(a),
-            Err(ReadNpyError::WrongDescriptor(_)) => match read::<f32>(path) {
-                Ok(a) => Tensor::F32(a),
-                Err(ReadNpyError::WrongDescriptor(desc)) => {
-                    return Err(format!("{path}: dtype {desc} is not float32 or float64"));
-                }
-                Err(e) => return Err(read_error(path, e)),
-            },
-            Err(e) => return Err(read_error(path, e)),
+    pub fn load(path: &Path) -> Result<Tensor, Failure> {
+        let shown = path.display();
+        let fail = |problem: String| Failure::Data(format!("{shown}: {problem}"));
+        let header = npy::read_header(path).map_err(fail)?;
+        let tensor = if npy::holds::<f32>(&header) {
+            Tensor::F32(npy::read_data(path, &header).map_err(fail)?)
+        } else if npy::holds::<f64>(&header) {
+            Tensor::F64(npy::read_data(path, &header).map_err(fail)?)
+        } else {
+            return Err(fail(format!(
+                "dtype {} is not float32 or float64; save it with .astype(np.float32) or \
+                 .astype(np.float64)",
+                npy::describe(&header)
+            )));
         };
         match &tensor {
             Tensor::F32(a) => check_finite(path, a)?,
@@ -112,157 +176,96 @@ impl Tensor {
     }
 }
 
-/// Reads a boolean mask file.
-pub fn load_bool(path: &str) -> Result<ArrayD<bool>, String> {
-    read::<bool>(path).map_err(|e| match e {
-        ReadNpyError::WrongDescriptor(desc) => format!("{path}: a mask must have dtype bool, not {desc}"),
-        e => read_error(path, e),
-    })
-}
-
-fn read<A: ReadableElement>(path: &str) -> Result<ArrayD<A>, ReadNpyError> {
-    read_npy(path)
-}
-
-fn read_error(path: &str, error: ReadNpyError) -> String {
-    match error {
-        ReadNpyError::Io(e) => format!("{path}: cannot read: {e}"),
-        e => format!("{path}: not a valid .npy file: {e}"),
+/// Reads a boolean mask file (`True` = may attend).
+pub fn load_bool(path: &Path) -> Result<ArrayD<bool>, Failure> {
+    let fail = |problem: String| Failure::Data(format!("{}: {problem}", path.display()));
+    let header = npy::read_header(path).map_err(fail)?;
+    if !npy::holds::<bool>(&header) {
+        return Err(fail(format!(
+            "a mask must have dtype bool (True = may attend), not {}",
+            npy::describe(&header)
+        )));
     }
+    npy::read_data(path, &header).map_err(fail)
 }
 
-fn check_finite<A: Float>(path: &str, a: &ArrayD<A>) -> Result<(), String> {
+fn check_finite<A: Float>(path: &Path, a: &ArrayD<A>) -> Result<(), Failure> {
     if let Some((index, x)) = a.indexed_iter().find(|(_, x)| !x.is_finite()) {
-        let what = if x.is_nan() { "NaN" } else { "an infinite value" };
-        return Err(format!("{path}: contains {what} at index {:?}", index.slice()));
+        let what = if x.is_nan() {
+            "NaN"
+        } else {
+            "an infinite value"
+        };
+        return Err(Failure::Data(format!(
+            "{}: contains {what} at index {:?}",
+            path.display(),
+            index.slice()
+        )));
     }
     Ok(())
 }
 
 /// Checks that every file has the dtype of the first one.
-pub fn same_dtype(files: &[(&str, &Tensor)]) -> Result<(), String> {
+pub fn same_dtype(files: &[(&Path, &Tensor)]) -> Result<(), Failure> {
     let (first, first_tensor) = files[0];
     for &(path, tensor) in &files[1..] {
         if tensor.dtype() != first_tensor.dtype() {
-            return Err(format!(
-                "{path}: dtype {} differs from {first}'s {} (all inputs must be float32 or all float64)",
+            return Err(Failure::Data(format!(
+                "{}: dtype {} differs from {}'s {} (all inputs must be float32 or all float64)",
+                path.display(),
                 tensor.dtype(),
+                first.display(),
                 first_tensor.dtype()
-            ));
+            )));
         }
     }
     Ok(())
 }
 
 /// Names the files behind the operands an [`AttentionError`] talks about.
-pub fn explain(error: &AttentionError, files: &[(&str, &str)]) -> String {
-    let file = |operand: &str| files.iter().find(|(name, _)| *name == operand).map(|(_, path)| path.to_string());
-    let all = || files.iter().map(|(_, path)| *path).collect::<Vec<_>>().join(", ");
+pub fn explain(error: &AttentionError, files: &[(&str, &Path)]) -> Failure {
+    let file = |operand: &str| {
+        files
+            .iter()
+            .find(|(name, _)| *name == operand)
+            .map(|(_, path)| path.display().to_string())
+    };
+    let all = || {
+        files
+            .iter()
+            .map(|(_, p)| p.display().to_string())
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
     let named = match error {
-        AttentionError::Mismatch { left, right, .. } | AttentionError::Batch { left, right, .. } => {
-            match (file(left), file(right)) {
-                (Some(l), Some(r)) if l != r => Some(format!("{l}, {r}")),
-                (Some(l), _) => Some(l),
-                (None, r) => r,
-            }
-        }
+        AttentionError::Mismatch { left, right, .. }
+        | AttentionError::Batch { left, right, .. } => match (file(left), file(right)) {
+            (Some(l), Some(r)) if l != r => Some(format!("{l}, {r}")),
+            (Some(l), _) => Some(l),
+            (None, r) => r,
+        },
         AttentionError::Empty { what, .. } | AttentionError::Shape { what, .. } => file(what),
         AttentionError::MaskShape { .. } => file("mask"),
         _ => None,
     };
-    format!("{}: {error}", named.unwrap_or_else(all))
+    Failure::Data(format!("{}: {error}", named.unwrap_or_else(all)))
 }
 
-/// The output files of a run: every array is written to a temporary file beside its target,
-/// and only once all were written are they renamed into place.
-#[derive(Default)]
-pub struct Outputs {
-    written: Vec<(PathBuf, PathBuf)>,
-}
-
-impl Outputs {
-    /// Writes `array` as `.npy` to a temporary file next to `path`.
-    pub fn write<A: WritableElement, D: Dimension>(
-        &mut self,
-        path: &str,
-        array: &ndarray::Array<A, D>,
-    ) -> Result<(), String> {
-        self.write_with(path, |temp| write_npy(temp, array).map_err(|e| e.to_string()))
-    }
-
-    /// Writes `bytes` (a PNG, say) to a temporary file next to `path`.
-    pub fn write_bytes(&mut self, path: &str, bytes: &[u8]) -> Result<(), String> {
-        self.write_with(path, |temp| std::fs::write(temp, bytes).map_err(|e| e.to_string()))
-    }
-
-    fn write_with(&mut self, path: &str, write: impl FnOnce(&Path) -> Result<(), String>) -> Result<(), String> {
-        let target = PathBuf::from(path);
-        let name = target.file_name().ok_or_else(|| format!("{path}: not a file name"))?;
-        let temp = target.with_file_name(format!(".{}.tmp-{}", name.to_string_lossy(), std::process::id()));
-        if let Err(e) = write(&temp) {
-            let _ = std::fs::remove_file(&temp);
-            self.discard();
-            return Err(format!("{path}: cannot write: {e}"));
-        }
-        self.written.push((temp, target));
-        Ok(())
-    }
-
-    /// Renames every temporary file into place.
-    pub fn commit(mut self) -> Result<Vec<PathBuf>, String> {
-        let written = std::mem::take(&mut self.written);
-        let mut done = Vec::new();
-        for (i, (temp, target)) in written.iter().enumerate() {
-            if let Err(e) = std::fs::rename(temp, target) {
-                for (temp, _) in &written[i..] {
-                    let _ = std::fs::remove_file(temp);
-                }
-                for target in &done {
-                    let _ = std::fs::remove_file(target);
-                }
-                return Err(format!("{}: cannot write: {e}", target.display()));
-            }
-            done.push(target.clone());
-        }
-        Ok(done)
-    }
-
-    fn discard(&mut self) {
-        for (temp, _) in self.written.drain(..) {
-            let _ = std::fs::remove_file(temp);
-        }
-    }
-}
-
-impl Drop for Outputs {
-    fn drop(&mut self) {
-        self.discard();
-    }
-}
-
-/// `(2, 3, 4)`, for summaries.
+/// `(2, 3, 4)`, for summaries and messages (a single axis as NumPy writes it, `(5,)`).
 pub fn shape_text(shape: &[usize]) -> String {
-    let parts: Vec<String> = shape.iter().map(usize::to_string).collect();
-    format!("({})", parts.join(", "))
-}
-
-/// Refuses an output path that is also an input (it would be replaced by the result).
-pub fn distinct_outputs(inputs: &[&str], outputs: &[&str]) -> Result<(), String> {
-    for out in outputs {
-        if inputs.iter().any(|input| Path::new(input) == Path::new(out)) {
-            return Err(format!("{out}: is also an input file; choose another output path"));
-        }
-    }
-    Ok(())
+    npy::shape_text(shape)
 }
 
 /// Most panels `--png` draws in one image (one per batch item and head).
 pub const MAX_PANELS: usize = 64;
 
+/// Most tokens `--labels` can name: every label is drawn, and the heatmap grows to fit them.
+pub const MAX_LABELS: usize = 64;
+
 /// What `--png` draws: the weights, which cells the mask allowed, and the token labels.
 pub struct Picture<'a> {
     /// The PNG's path (from `--png`).
-    pub path: &'a str,
+    pub path: &'a Path,
     /// `--labels`, comma-separated, one per token.
     pub labels: Option<&'a str>,
     /// The figure's title.
@@ -273,19 +276,24 @@ pub struct Picture<'a> {
 
 impl Picture<'_> {
     /// Draws weights `(…, L_q, L_k)` as one heatmap (no leading axes) or a grid with one panel
-    /// per leading index; `allowed` (broadcast to the weights' shape) marks masked cells.
-    pub fn render<A: Float>(&self, weights: &ArrayD<A>, allowed: Option<ArrayViewD<'_, bool>>) -> Result<Vec<u8>, String> {
+    /// per leading index; `allowed` (broadcast to the weights' shape) marks masked cells, whose
+    /// weight is exactly 0, with a hatch and a "0".
+    pub fn render<A: Float>(
+        &self,
+        weights: &ArrayD<A>,
+        allowed: Option<ArrayViewD<'_, bool>>,
+    ) -> Result<Vec<u8>, Failure> {
+        let shown = self.path.display();
         let n = weights.ndim();
         let (l_q, l_k) = (weights.shape()[n - 2], weights.shape()[n - 1]);
         let labels = self.token_labels(l_q, l_k)?;
         let panels: usize = weights.shape()[..n - 2].iter().product();
         if panels > MAX_PANELS {
-            return Err(format!(
-                "{}: the weights {} hold {panels} matrices, more than the {MAX_PANELS} one image can show; \
-                 pass a smaller batch",
-                self.path,
+            return Err(Failure::Data(format!(
+                "{shown}: the weights {} hold {panels} matrices, more than the {MAX_PANELS} one \
+                 image can show; pass a smaller batch",
                 shape_text(weights.shape())
-            ));
+            )));
         }
         let weights = weights.mapv(|w| w.to_f64().expect("a finite float converts to f64"));
         let allowed = match allowed {
@@ -293,21 +301,22 @@ impl Picture<'_> {
             Some(a) => Some(
                 a.broadcast(weights.shape())
                     .ok_or_else(|| {
-                        format!(
-                            "{}: the mask {} does not match the weights {}",
-                            self.path,
+                        Failure::Data(format!(
+                            "{shown}: the mask {} does not broadcast to the weights {}",
                             shape_text(a.shape()),
                             shape_text(weights.shape())
-                        )
+                        ))
                     })?
                     .to_owned(),
             ),
         };
         let drawn = if n == 2 {
-            let mut map = Heatmap::new(&weights.view().into_dimensionality::<Ix2>().expect("2 axes"))
-                .title(self.title.clone())
-                .range(ValueRange::Fixed(0.0, 1.0))
-                .colorbar_label("attention weight");
+            let mut map =
+                Heatmap::new(&weights.view().into_dimensionality::<Ix2>().expect("2 axes"))
+                    .title(self.title.clone())
+                    .range(ValueRange::Fixed(0.0, 1.0))
+                    .colorbar_label("attention weight")
+                    .mask_mark("0");
             if let Some(labels) = &labels {
                 map = map.labels(labels);
             }
@@ -316,13 +325,18 @@ impl Picture<'_> {
             }
             map.to_png()
         } else {
-            let flat = weights.to_shape((panels, l_q, l_k)).expect("same number of elements");
-            let flat_allowed =
-                allowed.as_ref().map(|a| a.to_shape((panels, l_q, l_k)).expect("same number of elements"));
+            let flat = weights
+                .to_shape((panels, l_q, l_k))
+                .expect("same number of elements");
+            let flat_allowed = allowed.as_ref().map(|a| {
+                a.to_shape((panels, l_q, l_k))
+                    .expect("same number of elements")
+            });
             let mut grid = HeatmapGrid::new()
                 .title(self.title.clone())
                 .range(ValueRange::Fixed(0.0, 1.0))
-                .colorbar_label("attention weight");
+                .colorbar_label("attention weight")
+                .mask_mark("0");
             for (i, matrix) in flat.axis_iter(Axis(0)).enumerate() {
                 let mut panel = Panel::new(&matrix).title(self.panel_title(weights.shape(), i));
                 if let Some(labels) = &labels {
@@ -335,15 +349,31 @@ impl Picture<'_> {
             }
             grid.to_png()
         };
-        drawn.map_err(|e| format!("{}: cannot draw: {e}", self.path))
+        drawn.map_err(|e| Failure::Data(format!("{shown}: cannot draw: {e}")))
     }
 
-    fn token_labels(&self, l_q: usize, l_k: usize) -> Result<Option<Vec<String>>, String> {
-        let Some(text) = self.labels else { return Ok(None) };
+    fn token_labels(&self, l_q: usize, l_k: usize) -> Result<Option<Vec<String>>, Failure> {
+        let Some(text) = self.labels else {
+            return Ok(None);
+        };
         let labels: Vec<String> = text.split(',').map(|l| l.trim().to_string()).collect();
         if labels.len() != l_q || labels.len() != l_k {
-            let shape = if l_q == l_k { format!("L = {l_q} tokens") } else { format!("L_q = {l_q} queries and L_k = {l_k} keys") };
-            return Err(format!("--labels: {} labels given but the weights have {shape}", labels.len()));
+            let shape = if l_q == l_k {
+                format!("L = {l_q} tokens")
+            } else {
+                format!("L_q = {l_q} queries and L_k = {l_k} keys")
+            };
+            return Err(Failure::Data(format!(
+                "--labels: {} labels given but the weights have {shape}",
+                labels.len()
+            )));
+        }
+        if labels.len() > MAX_LABELS {
+            return Err(Failure::Data(format!(
+                "--labels: {} labels are more than the {MAX_LABELS} a heatmap can show legibly; \
+                 leave --labels out and the tokens are numbered",
+                labels.len()
+            )));
         }
         Ok(Some(labels))
     }
@@ -356,15 +386,22 @@ impl Picture<'_> {
             *slot = i % size;
             i /= size;
         }
-        let parts: Vec<String> = self.axes.iter().zip(&index).map(|(name, k)| format!("{name} {k}")).collect();
+        let parts: Vec<String> = self
+            .axes
+            .iter()
+            .zip(&index)
+            .map(|(name, k)| format!("{name} {k}"))
+            .collect();
         parts.join(", ")
     }
 }
 
-/// Refuses `--labels` without `--png` (it would be silently ignored).
-pub fn labels_need_png(args: &Args) -> Result<(), String> {
-    if args.optional("labels").is_some() && args.optional("png").is_none() {
-        return Err("--labels only names the tokens of the --png heatmap; add --png FILE.png".to_string());
-    }
-    Ok(())
+/// What the summary line says about the files a run wrote, e.g.
+/// `wrote out.npy (output (6, 8)) and w.npy (weights (6, 6))`.
+pub fn wrote(written: &[(String, String)]) -> String {
+    let parts: Vec<String> = written
+        .iter()
+        .map(|(path, what)| format!("{path} ({what})"))
+        .collect();
+    format!("wrote {}", parts.join(" and "))
 }

@@ -1,0 +1,650 @@
+//! The reader tools as separate processes: what a shell sees.
+//!
+//! - exit codes (0 done, 1 bad data, 2 bad usage, 128 + N for signal N) and which stream
+//!   says what;
+//! - malformed `.npy` files (cut short, bits flipped, a header claiming a huge shape, random
+//!   bytes), generated from a seed, fed to both tools: every run must end in exit code 0 or 1
+//!   and, on 1, in exactly one line `error: ...` naming the file; never a panic, an abort or a
+//!   signal;
+//! - SIGINT, SIGTERM and SIGHUP, and an error, between two outputs: every output already
+//!   replaced is put back, byte for byte;
+//! - SIGKILL between two outputs, and at random moments of a run: each output is then either
+//!   its old file or the complete new one, never a torn one.
+//!
+//! This test has its own `main` (`harness = false` in Cargo.toml): run with `--as-tool NAME`,
+//! the binary *is* the tool, so the tests need no separately built example. Positional
+//! arguments filter the checks by name: `cargo test --test tool_processes -- signal`.
+
+#[allow(dead_code)]
+#[path = "../examples/reader_tools/mod.rs"]
+mod reader_tools;
+
+use std::ffi::OsString;
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use ndarray::{Array, Array2};
+use ndarray_npy::write_npy;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use tempfile::TempDir;
+
+/// The environment variable that gives a child a hook between two outputs:
+/// `pause:N:READY` (before output N, create the file READY and wait for a signal),
+/// `mkdir:N:PATH` (before output N, make PATH a directory, so that writing output N fails).
+const HOOK: &str = "TOOL_PROCESSES_HOOK";
+
+fn main() {
+    let args: Vec<OsString> = std::env::args_os().collect();
+    if args.get(1).is_some_and(|a| a == "--as-tool") {
+        child(args);
+    }
+    let filters: Vec<String> = args
+        .iter()
+        .skip(1)
+        .map(|a| a.to_string_lossy().into_owned())
+        .filter(|a| !a.starts_with('-'))
+        .collect();
+    let checks: &[(&str, fn())] = &[
+        ("exit_codes_and_streams", exit_codes_and_streams),
+        ("malformed_files_end_in_one_error_line", malformed_files_end_in_one_error_line),
+        ("a_signal_between_two_outputs_rolls_back", a_signal_between_two_outputs_rolls_back),
+        ("an_error_between_two_outputs_rolls_back", an_error_between_two_outputs_rolls_back),
+        (
+            "a_hard_kill_leaves_each_output_old_or_whole",
+            a_hard_kill_leaves_each_output_old_or_whole,
+        ),
+    ];
+    let mut ran = 0;
+    for (name, check) in checks {
+        if !filters.is_empty() && !filters.iter().any(|f| name.contains(f.as_str())) {
+            continue;
+        }
+        println!("test {name} ...");
+        check();
+        println!("test {name} ... ok");
+        ran += 1;
+    }
+    println!("\ntool_processes: {ran} checks passed");
+}
+
+/// The child: `--as-tool attend|multihead ARGS...` runs the tool on ARGS and exits as it would.
+fn child(args: Vec<OsString>) -> ! {
+    let name = args[2].to_string_lossy().into_owned();
+    let run: reader_tools::Run = match name.as_str() {
+        "attend" => reader_tools::attend::run,
+        "multihead" => reader_tools::multihead::run,
+        other => panic!("no tool {other}"),
+    };
+    if std::env::var_os(HOOK).is_some() {
+        let _ = reader_tools::outputs::BEFORE_RENAME.set(hook);
+    }
+    let tool_args: Vec<OsString> =
+        std::iter::once(OsString::from(&name)).chain(args[3..].iter().cloned()).collect();
+    std::process::exit(reader_tools::report(run(tool_args)));
+}
+
+/// The hook `HOOK` describes (see there).
+fn hook(index: usize) {
+    let spec = std::env::var(HOOK).expect("set by the parent");
+    let mut parts = spec.splitn(3, ':');
+    let (what, at, path) =
+        (parts.next().unwrap(), parts.next().unwrap(), parts.next().unwrap());
+    if at.parse::<usize>().unwrap() != index {
+        return;
+    }
+    match what {
+        "pause" => {
+            std::fs::write(path, b"ready").unwrap();
+            let start = Instant::now();
+            while !reader_tools::outputs::signals::interrupted()
+                && start.elapsed() < Duration::from_secs(60)
+            {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        }
+        "mkdir" => std::fs::create_dir(path).unwrap(),
+        other => panic!("no hook {other}"),
+    }
+}
+
+/// A tool run as a child process.
+fn tool(name: &str, args: &[&str]) -> Command {
+    let mut cmd = Command::new(std::env::current_exe().unwrap());
+    cmd.arg("--as-tool").arg(name).args(args).env_remove(HOOK).stdin(Stdio::null());
+    cmd
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// Asserts a run failed on bad data: exit 1, nothing on stdout, one line `error: ...` on stderr.
+fn assert_one_error_line(out: &Output, what: &str) -> String {
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{what}: exit status {:?}, stderr:\n{stderr}",
+        out.status
+    );
+    assert!(stdout.is_empty(), "{what}: stdout should be empty: {stdout}");
+    assert!(stderr.starts_with("error: ") && stderr.ends_with('\n'), "{what}: {stderr:?}");
+    assert_eq!(stderr.lines().count(), 1, "{what}: one line only:\n{stderr}");
+    assert!(!stderr.contains("panicked"), "{what}: {stderr}");
+    stderr
+}
+
+fn fixture(kind: &str, case: &str, file: &str) -> String {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(kind)
+        .join(case)
+        .join(file)
+        .to_string_lossy()
+        .into_owned()
+}
+
+fn path_in(dir: &TempDir, name: &str) -> String {
+    dir.path().join(name).to_string_lossy().into_owned()
+}
+
+/// Every file of a directory (hidden ones too) with its bytes, sorted by name.
+fn files(dir: &Path) -> Vec<(String, Vec<u8>)> {
+    let mut all: Vec<(String, Vec<u8>)> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.is_file())
+        .map(|p| {
+            (p.file_name().unwrap().to_string_lossy().into_owned(), std::fs::read(&p).unwrap())
+        })
+        .collect();
+    all.sort();
+    all
+}
+
+fn exit_codes_and_streams() {
+    let dir = TempDir::new().unwrap();
+    let case = "f64_causal_L6_dk8";
+    let (q, k, v) = (
+        fixture("sdpa", case, "q.npy"),
+        fixture("sdpa", case, "k.npy"),
+        fixture("sdpa", case, "v.npy"),
+    );
+    let out = path_in(&dir, "out.npy");
+
+    let done =
+        tool("attend", &["--q", &q, "--k", &k, "--v", &v, "--out", &out]).output().unwrap();
+    assert_eq!(done.status.code(), Some(0));
+    assert!(done.stderr.is_empty(), "{}", text(&done.stderr));
+    assert!(
+        text(&done.stdout).starts_with("attention (plain)")
+            && text(&done.stdout).lines().count() == 1
+    );
+
+    let missing = path_in(&dir, "missing.npy");
+    let bad = tool("attend", &["--q", &missing, "--k", &k, "--v", &v, "--out", &out])
+        .output()
+        .unwrap();
+    let line = assert_one_error_line(&bad, "missing file");
+    assert!(line.starts_with(&format!("error: {missing}: cannot read")), "{line}");
+
+    for (name, args) in [
+        ("attend", vec!["--q", &q, "--k", &k, "--v", &v]),
+        ("attend", vec!["--q", &q, "--k", &k, "--v", &v, "--out", &q]),
+        ("multihead", vec!["--x", &q, "--heads", "0"]),
+    ] {
+        let usage = tool(name, &args).output().unwrap();
+        let stderr = text(&usage.stderr);
+        assert_eq!(usage.status.code(), Some(2), "{name} {args:?}: {stderr}");
+        assert!(usage.stdout.is_empty());
+        assert!(
+            stderr.starts_with("error: ")
+                && stderr.contains("For more information, try '--help'."),
+            "{stderr}"
+        );
+    }
+    for name in ["attend", "multihead"] {
+        let help = tool(name, &["--help"]).output().unwrap();
+        assert_eq!(help.status.code(), Some(0));
+        assert!(help.stderr.is_empty());
+        assert!(
+            text(&help.stdout).contains(&format!("Usage: {name} [OPTIONS]")),
+            "{}",
+            text(&help.stdout)
+        );
+        let version = tool(name, &["--version"]).output().unwrap();
+        assert_eq!(version.status.code(), Some(0));
+        assert_eq!(text(&version.stdout), format!("{name} {}\n", env!("CARGO_PKG_VERSION")));
+    }
+}
+
+/// One way to break a file.
+#[derive(Clone, Copy, Debug)]
+enum Damage {
+    /// Keep the first n bytes.
+    Cut(usize),
+    /// Flip these bits (byte, bit).
+    Flip([(usize, u8); 3]),
+    /// Rewrite the header to claim this shape, keeping its length.
+    Claim(usize, usize),
+    /// Replace the file by n random bytes from this seed.
+    Noise(usize, u64),
+}
+
+fn damage(good: &[u8], how: Damage) -> Vec<u8> {
+    match how {
+        Damage::Cut(n) => good[..n.min(good.len())].to_vec(),
+        Damage::Flip(bits) => {
+            let mut bytes = good.to_vec();
+            for (at, bit) in bits {
+                let at = at % bytes.len();
+                bytes[at] ^= 1 << bit;
+            }
+            bytes
+        }
+        Damage::Claim(a, b) => {
+            let header_len = u16::from_le_bytes([good[8], good[9]]) as usize;
+            let header =
+                format!("{{'descr': '<f8', 'fortran_order': False, 'shape': ({a}, {b}), }}");
+            let mut bytes = good[..10].to_vec();
+            bytes.extend(format!("{header:<width$}\n", width = header_len - 1).as_bytes());
+            bytes.extend(&good[10 + header_len..]);
+            bytes
+        }
+        Damage::Noise(n, seed) => {
+            let mut rng = StdRng::seed_from_u64(seed);
+            (0..n).map(|_| rng.random::<u8>()).collect()
+        }
+    }
+}
+
+fn malformed_files_end_in_one_error_line() {
+    let dir = TempDir::new().unwrap();
+    let mut rng = StdRng::seed_from_u64(11);
+    let sdpa = "f64_causal_L6_dk8";
+    let mha = "f64_d8_h2_batch3_L6_padding";
+    // (tool, the arguments with one input replaced by BAD, the good file BAD is made from)
+    let mut cases: Vec<(&str, Vec<String>, String)> = Vec::new();
+    let attend_args = |slot: &str| {
+        let mut list = Vec::new();
+        for name in ["q", "k", "v"] {
+            list.push(format!("--{name}"));
+            list.push(if name == slot {
+                "BAD".into()
+            } else {
+                fixture("sdpa", sdpa, &format!("{name}.npy"))
+            });
+        }
+        list.extend([
+            "--mask".into(),
+            if slot == "mask" { "BAD".into() } else { "causal".into() },
+        ]);
+        list
+    };
+    for slot in ["q", "k", "v"] {
+        cases.push((
+            "attend",
+            attend_args(slot),
+            fixture("sdpa", sdpa, &format!("{slot}.npy")),
+        ));
+    }
+    cases.push((
+        "attend",
+        attend_args("mask"),
+        fixture("sdpa", "f64_bool_L10_dk6", "mask.npy"),
+    ));
+    for slot in ["x", "wq", "wk", "wv", "wo", "mask"] {
+        let mut list = Vec::new();
+        for (flag, file) in [
+            ("x", "x_q"),
+            ("wq", "w_q"),
+            ("wk", "w_k"),
+            ("wv", "w_v"),
+            ("wo", "w_o"),
+            ("mask", "mask"),
+        ] {
+            list.push(format!("--{flag}"));
+            list.push(if flag == slot {
+                "BAD".into()
+            } else {
+                fixture("mha", mha, &format!("{file}.npy"))
+            });
+        }
+        list.extend(["--heads".into(), "2".into()]);
+        let file = match slot {
+            "x" => "x_q",
+            "wq" => "w_q",
+            "wk" => "w_k",
+            "wv" => "w_v",
+            "wo" => "w_o",
+            _ => "mask",
+        };
+        cases.push(("multihead", list, fixture("mha", mha, &format!("{file}.npy"))));
+    }
+    let (mut runs, mut refused, mut accepted) = (0, 0, 0);
+    for (case, (name, list, good)) in cases.iter().enumerate() {
+        let good = std::fs::read(good).unwrap();
+        let mut damages: Vec<Damage> = Vec::new();
+        for _ in 0..12 {
+            damages.push(Damage::Cut(rng.random_range(0..good.len())));
+        }
+        damages.extend([
+            Damage::Cut(0),
+            Damage::Cut(5),
+            Damage::Cut(10),
+            Damage::Cut(good.len() - 1),
+        ]);
+        for _ in 0..16 {
+            // Half the flips in the header, where they hurt most.
+            let limit = if rng.random_bool(0.5) { 128 } else { good.len() };
+            damages.push(Damage::Flip(
+                [0; 3].map(|_| (rng.random_range(0..limit), rng.random_range(0..8u8))),
+            ));
+        }
+        damages.extend([
+            Damage::Claim(100_000, 100_000),
+            Damage::Claim(1 << 40, 1 << 40),
+            Damage::Claim(6, 9),
+        ]);
+        for _ in 0..3 {
+            damages.push(Damage::Noise(rng.random_range(0..400), rng.random()));
+        }
+        for how in damages {
+            let bad = path_in(&dir, &format!("bad{case}.npy"));
+            std::fs::write(&bad, damage(&good, how)).unwrap();
+            let out = path_in(&dir, "out.npy");
+            let mut args: Vec<&str> = list
+                .iter()
+                .map(|a| if a == "BAD" { bad.as_str() } else { a.as_str() })
+                .collect();
+            args.extend(["--out", &out]);
+            let result = tool(name, &args).output().unwrap();
+            runs += 1;
+            let what = format!(
+                "{name} with {how:?} in {}",
+                list[list.iter().position(|a| a == "BAD").unwrap() - 1]
+            );
+            assert!(
+                result.status.code().is_some(),
+                "{what}: killed by a signal: {:?}",
+                result.status
+            );
+            match result.status.code() {
+                Some(0) => {
+                    accepted += 1; // the damage left a valid file (a flipped bit in a number)
+                    assert!(result.stderr.is_empty(), "{what}: {}", text(&result.stderr));
+                }
+                _ => {
+                    refused += 1;
+                    let line = assert_one_error_line(&result, &what);
+                    assert!(
+                        line.contains("bad") || line.contains(&out),
+                        "{what}: the message names no file: {line}"
+                    );
+                }
+            }
+        }
+    }
+    println!(
+        "  {runs} damaged files: {refused} refused with one error line, {accepted} still valid"
+    );
+}
+
+/// Old contents for the outputs, all different from anything the tools write.
+fn old_outputs(dir: &TempDir, names: &[&str]) -> Vec<(String, Vec<u8>)> {
+    names
+        .iter()
+        .map(|name| {
+            let bytes = format!("the old {name}, from an earlier run").into_bytes();
+            std::fs::write(dir.path().join(name), &bytes).unwrap();
+            (name.to_string(), bytes)
+        })
+        .collect()
+}
+
+/// Starts `attend` on the causal fixture writing out.npy, w.npy and w.png into `dir`, with
+/// the hook `pause:1` (it stops after out.npy is in place, before w.npy), and waits until it
+/// is there.
+fn paused_between_outputs(dir: &TempDir) -> std::process::Child {
+    let case = "f64_causal_L6_dk8";
+    let (q, k, v) = (
+        fixture("sdpa", case, "q.npy"),
+        fixture("sdpa", case, "k.npy"),
+        fixture("sdpa", case, "v.npy"),
+    );
+    let (out, w, png) =
+        (path_in(dir, "out.npy"), path_in(dir, "w.npy"), path_in(dir, "w.png"));
+    let ready = dir.path().with_extension("ready");
+    let _ = std::fs::remove_file(&ready);
+    let child = tool(
+        "attend",
+        &[
+            "--q",
+            &q,
+            "--k",
+            &k,
+            "--v",
+            &v,
+            "--mask",
+            "causal",
+            "--out",
+            &out,
+            "--weights",
+            &w,
+            "--png",
+            &png,
+        ],
+    )
+    .env(HOOK, format!("pause:1:{}", ready.display()))
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped())
+    .spawn()
+    .unwrap();
+    let start = Instant::now();
+    while !ready.exists() {
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "the child never reached its pause"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    std::fs::remove_file(&ready).unwrap();
+    child
+}
+
+#[cfg(unix)]
+fn a_signal_between_two_outputs_rolls_back() {
+    for (signal, name) in
+        [(libc::SIGINT, "SIGINT"), (libc::SIGTERM, "SIGTERM"), (libc::SIGHUP, "SIGHUP")]
+    {
+        let dir = TempDir::new().unwrap();
+        let old = old_outputs(&dir, &["out.npy", "w.npy", "w.png"]);
+        let child = paused_between_outputs(&dir);
+        assert_ne!(
+            files(dir.path()).iter().find(|(n, _)| n == "out.npy").unwrap().1,
+            old[0].1,
+            "out.npy should be replaced by now"
+        );
+        assert_eq!(unsafe { libc::kill(child.id() as i32, signal) }, 0);
+        let result = child.wait_with_output().unwrap();
+        let stderr = text(&result.stderr);
+        assert_eq!(result.status.code(), Some(128 + signal), "{name}: {stderr}");
+        assert!(result.stdout.is_empty());
+        assert_eq!(
+            stderr,
+            format!(
+                "error: interrupted by {name} while writing the outputs; {} put back as it was, no output was changed\n",
+                path_in(&dir, "out.npy")
+            )
+        );
+        assert_eq!(
+            files(dir.path()),
+            old,
+            "{name}: every output as it was, nothing left behind"
+        );
+    }
+}
+
+#[cfg(not(unix))]
+fn a_signal_between_two_outputs_rolls_back() {}
+
+fn an_error_between_two_outputs_rolls_back() {
+    // w.npy does not exist; just before it is moved into place a directory of that name
+    // appears: writing it fails, and out.npy, already replaced, is put back.
+    let dir = TempDir::new().unwrap();
+    let old = old_outputs(&dir, &["out.npy"]);
+    let case = "f64_causal_L6_dk8";
+    let (q, k, v) = (
+        fixture("sdpa", case, "q.npy"),
+        fixture("sdpa", case, "k.npy"),
+        fixture("sdpa", case, "v.npy"),
+    );
+    let (out, w) = (path_in(&dir, "out.npy"), path_in(&dir, "w.npy"));
+    let result =
+        tool("attend", &["--q", &q, "--k", &k, "--v", &v, "--out", &out, "--weights", &w])
+            .env(HOOK, format!("mkdir:1:{w}"))
+            .output()
+            .unwrap();
+    let line = assert_one_error_line(&result, "an error between outputs");
+    assert_eq!(
+        line,
+        format!(
+            "error: {w}: cannot write: it is a directory; {out} put back as it was, no output was changed\n"
+        )
+    );
+    assert_eq!(files(dir.path()), old);
+    assert!(Path::new(&w).is_dir());
+}
+
+/// What `attend` writes for these arguments when nothing goes wrong: output name → bytes.
+fn reference(args: &[&str], outputs: &[&str], dir: &TempDir) -> Vec<Vec<u8>> {
+    let result = tool("attend", args).output().unwrap();
+    assert_eq!(result.status.code(), Some(0), "{}", text(&result.stderr));
+    let bytes = outputs.iter().map(|o| std::fs::read(dir.path().join(o)).unwrap()).collect();
+    for o in outputs {
+        std::fs::remove_file(dir.path().join(o)).unwrap();
+    }
+    bytes
+}
+
+/// After a kill, every output is its old file or the complete new one, and any other file is
+/// a leftover of the documented form `.NAME.PID.N.tmp|bak`.
+fn check_after_kill(
+    dir: &TempDir,
+    old: &[(String, Vec<u8>)],
+    new: &[Vec<u8>],
+) -> Vec<&'static str> {
+    let now = files(dir.path());
+    let mut states = Vec::new();
+    for ((name, old_bytes), new_bytes) in old.iter().zip(new) {
+        let bytes =
+            &now.iter().find(|(n, _)| n == name).unwrap_or_else(|| panic!("{name} is gone")).1;
+        states.push(if bytes == old_bytes {
+            "old"
+        } else if bytes == new_bytes {
+            "new"
+        } else {
+            panic!(
+                "{name} is torn: {} bytes, neither the old file nor the new one",
+                bytes.len()
+            )
+        });
+    }
+    for (name, _) in &now {
+        if old.iter().any(|(o, _)| o == name)
+            || name.ends_with(".npy") && !name.starts_with('.')
+        {
+            continue;
+        }
+        let parts: Vec<&str> = name.split('.').collect();
+        assert!(
+            name.starts_with('.')
+                && matches!(parts.last(), Some(&"tmp") | Some(&"bak"))
+                && parts.len() >= 5,
+            "unexpected leftover {name}"
+        );
+    }
+    states
+}
+
+fn a_hard_kill_leaves_each_output_old_or_whole() {
+    // Deterministic: killed between the two outputs.
+    let dir = TempDir::new().unwrap();
+    let names = ["out.npy", "w.npy", "w.png"];
+    let case = "f64_causal_L6_dk8";
+    let (q, k, v) = (
+        fixture("sdpa", case, "q.npy"),
+        fixture("sdpa", case, "k.npy"),
+        fixture("sdpa", case, "v.npy"),
+    );
+    let (out, w, png) =
+        (path_in(&dir, "out.npy"), path_in(&dir, "w.npy"), path_in(&dir, "w.png"));
+    let args = [
+        "--q",
+        &q,
+        "--k",
+        &k,
+        "--v",
+        &v,
+        "--mask",
+        "causal",
+        "--out",
+        &out,
+        "--weights",
+        &w,
+        "--png",
+        &png,
+    ];
+    let new = reference(&args, &names, &dir);
+    let old = old_outputs(&dir, &names);
+    let mut child = paused_between_outputs(&dir);
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert_eq!(check_after_kill(&dir, &old, &new), ["new", "old", "old"]);
+
+    // At random moments of runs on larger inputs (L = 384, d = 64: a few hundred KiB to write).
+    let dir = TempDir::new().unwrap();
+    let mut rng = StdRng::seed_from_u64(5);
+    let x: Array2<f64> =
+        Array::from_shape_fn((384, 64), |(i, j)| ((i * 31 + j * 17) % 97) as f64 / 97.0 - 0.5);
+    let x_path = path_in(&dir, "x.npy");
+    write_npy(&x_path, &x).unwrap();
+    let names = ["out.npy", "w.npy"];
+    let (out, w) = (path_in(&dir, "out.npy"), path_in(&dir, "w.npy"));
+    let args = [
+        "--q",
+        &x_path,
+        "--k",
+        &x_path,
+        "--v",
+        &x_path,
+        "--mask",
+        "causal",
+        "--out",
+        &out,
+        "--weights",
+        &w,
+    ];
+    let start = Instant::now();
+    let new = reference(&args, &names, &dir);
+    let full = start.elapsed();
+    let mut tally = std::collections::BTreeMap::new();
+    for _ in 0..40 {
+        let old = old_outputs(&dir, &names);
+        let mut child =
+            tool("attend", &args).stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap();
+        std::thread::sleep(full.mul_f64(rng.random_range(0.0..1.2)));
+        let _ = child.kill();
+        child.wait().unwrap();
+        *tally.entry(check_after_kill(&dir, &old, &new).join("/")).or_insert(0) += 1;
+        for entry in std::fs::read_dir(dir.path()).unwrap() {
+            let path = entry.unwrap().path();
+            if path != Path::new(&x_path) {
+                std::fs::remove_file(path).unwrap();
+            }
+        }
+    }
+    println!("  40 runs killed at random (one run takes {full:.0?}): out/w states {tally:?}");
+}
