@@ -2,7 +2,7 @@
 //! rows carry no context, and attention before any learned weights.
 //!
 //! ```text
-//! cargo run --release --example ch01_embeddings [-- --out-dir DIR]
+//! cargo run --release --example ch01_embeddings [-- --out-dir DIR] [--help]
 //! ```
 //!
 //! Prints the numbers the chapter quotes (the same text goes to `ch01_output.txt`) and draws
@@ -135,6 +135,14 @@ pub fn render_figures(out_dir: &Path) -> Result<Vec<PathBuf>, Box<dyn Error>> {
     Ok(vec![table, dot_products, weights, text])
 }
 
+/// What `--help` says this example does.
+const ABOUT: &str = "\
+    Chapter 1, Input embeddings: from a sentence to token ids to the rows of X, and \
+    attention before any learned weights.\n\n\
+    Prints the numbers the chapter quotes (the same text goes to ch01_output.txt) and \
+    draws ch01_embeddings.png, ch01_dot_products.png and ch01_weights.png into book/img/ \
+    (or --out-dir).";
+
 fn main() -> Result<(), Box<dyn Error>> {
-    common::run_chapter(render_figures)
+    common::run_chapter(env!("CARGO_CRATE_NAME"), ABOUT, render_figures)
 }

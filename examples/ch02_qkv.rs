@@ -2,7 +2,7 @@
 //! their weights, the raw scores `Q·Kᵀ`, and why they need not be symmetric.
 //!
 //! ```text
-//! cargo run --release --example ch02_qkv [-- --out-dir DIR]
+//! cargo run --release --example ch02_qkv [-- --out-dir DIR] [--help]
 //! ```
 //!
 //! Prints the numbers the chapter quotes (the same text goes to `ch02_output.txt`) and draws
@@ -131,6 +131,14 @@ pub fn render_figures(out_dir: &Path) -> Result<Vec<PathBuf>, Box<dyn Error>> {
     Ok(vec![qkv_png, symmetry, scores_png, text])
 }
 
+/// What `--help` says this example does.
+const ABOUT: &str = "\
+    Chapter 2, Queries, keys and values: three projections of the same tokens and the \
+    raw scores Q·Kᵀ.\n\n\
+    Prints the numbers the chapter quotes (the same text goes to ch02_output.txt) and \
+    draws ch02_qkv.png, ch02_symmetry.png and ch02_scores.png into book/img/ (or --out- \
+    dir).";
+
 fn main() -> Result<(), Box<dyn Error>> {
-    common::run_chapter(render_figures)
+    common::run_chapter(env!("CARGO_CRATE_NAME"), ABOUT, render_figures)
 }

@@ -1,7 +1,7 @@
 //! Chapter 3, *Scores, scaling and variance*: why `Q·Kᵀ` is divided by `√d_k`, measured.
 //!
 //! ```text
-//! cargo run --release --example ch03_scaling [-- --out-dir DIR]
+//! cargo run --release --example ch03_scaling [-- --out-dir DIR] [--help]
 //! ```
 //!
 //! Prints the numbers the chapter quotes (the same text goes to `ch03_output.txt`) and draws
@@ -141,6 +141,13 @@ pub fn render_figures(out_dir: &Path) -> Result<Vec<PathBuf>, Box<dyn Error>> {
     Ok(written)
 }
 
+/// What `--help` says this example does.
+const ABOUT: &str = "\
+    Chapter 3, Scores, scaling and variance: why Q·Kᵀ is divided by √d_k, measured.\n\n\
+    Prints the numbers the chapter quotes (the same text goes to ch03_output.txt) and \
+    draws ch03_variance.png, ch03_max_weight.png, ch03_entropy.png and ch03_jacobian.png \
+    into book/img/ (or --out-dir).";
+
 fn main() -> Result<(), Box<dyn Error>> {
-    common::run_chapter(render_figures)
+    common::run_chapter(env!("CARGO_CRATE_NAME"), ABOUT, render_figures)
 }

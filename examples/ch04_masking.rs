@@ -2,7 +2,7 @@
 //! each convention, padding masks for a batch, and the causal invariant.
 //!
 //! ```text
-//! cargo run --release --example ch04_masking [-- --out-dir DIR]
+//! cargo run --release --example ch04_masking [-- --out-dir DIR] [--help]
 //! ```
 //!
 //! Prints the numbers the chapter quotes (the same text goes to `ch04_output.txt`) and draws
@@ -158,6 +158,14 @@ pub fn render_figures(out_dir: &Path) -> Result<Vec<PathBuf>, Box<dyn Error>> {
     Ok(vec![both, padded, text])
 }
 
+/// What `--help` says this example does.
+const ABOUT: &str = "\
+    Chapter 4, Masking: the causal mask, fully masked rows, padding masks and the causal \
+    invariant.\n\n\
+    Prints the numbers the chapter quotes (the same text goes to ch04_output.txt) and \
+    draws ch04_standard_vs_causal.png and ch04_padded_batch.png into book/img/ (or \
+    --out-dir).";
+
 fn main() -> Result<(), Box<dyn Error>> {
-    common::run_chapter(render_figures)
+    common::run_chapter(env!("CARGO_CRATE_NAME"), ABOUT, render_figures)
 }

@@ -2,7 +2,7 @@
 //! softmax bugs, temperature and the Jacobian.
 //!
 //! ```text
-//! cargo run --release --example ch05_softmax [-- --out-dir DIR]
+//! cargo run --release --example ch05_softmax [-- --out-dir DIR] [--help]
 //! ```
 //!
 //! Prints the numbers the chapter quotes (the same text goes to `ch05_output.txt`) and draws
@@ -130,6 +130,14 @@ pub fn render_figures(out_dir: &Path) -> Result<Vec<PathBuf>, Box<dyn Error>> {
     Ok(vec![temperature, bug, text])
 }
 
+/// What `--help` says this example does.
+const ABOUT: &str = "\
+    Chapter 5, Softmax: its properties, where the naive formula overflows, the \
+    notebooks' softmax bugs, temperature.\n\n\
+    Prints the numbers the chapter quotes (the same text goes to ch05_output.txt) and \
+    draws ch05_temperature.png and ch05_whole_matrix_bug.png into book/img/ (or --out- \
+    dir).";
+
 fn main() -> Result<(), Box<dyn Error>> {
-    common::run_chapter(render_figures)
+    common::run_chapter(env!("CARGO_CRATE_NAME"), ABOUT, render_figures)
 }

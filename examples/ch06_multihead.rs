@@ -3,7 +3,7 @@
 //! count and the error for a head count that does not divide `d_model`.
 //!
 //! ```text
-//! cargo run --release --example ch06_multihead [-- --out-dir DIR]
+//! cargo run --release --example ch06_multihead [-- --out-dir DIR] [--help]
 //! ```
 //!
 //! Prints the numbers the chapter quotes (the same text goes to `ch06_output.txt`) and draws
@@ -117,6 +117,13 @@ pub fn render_figures(out_dir: &Path) -> Result<Vec<PathBuf>, Box<dyn Error>> {
     Ok(vec![heads, text])
 }
 
+/// What `--help` says this example does.
+const ABOUT: &str = "\
+    Chapter 6, Multi-head attention: the head split and merge, every head's weights for \
+    one sentence, the parameter count.\n\n\
+    Prints the numbers the chapter quotes (the same text goes to ch06_output.txt) and \
+    draws ch06_heads.png into book/img/ (or --out-dir).";
+
 fn main() -> Result<(), Box<dyn Error>> {
-    common::run_chapter(render_figures)
+    common::run_chapter(env!("CARGO_CRATE_NAME"), ABOUT, render_figures)
 }

@@ -2,7 +2,7 @@
 //! for encoders and decoders, and cross-attention between two sentences.
 //!
 //! ```text
-//! cargo run --release --example ch07_layer [-- --out-dir DIR]
+//! cargo run --release --example ch07_layer [-- --out-dir DIR] [--help]
 //! ```
 //!
 //! Prints the numbers the chapter quotes (the same text goes to `ch07_output.txt`) and draws
@@ -47,7 +47,7 @@ fn run_multihead_tool(work: &Path, png: Option<&Path>) -> Result<f64, Box<dyn Er
     let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join(FIXTURE);
     let file = |name: &str| fixture.join(name).display().to_string();
     let out = work.join("out.npy").display().to_string();
-    let mut args = vec!["--x".to_string(), file("x_q.npy")];
+    let mut args = vec!["multihead".to_string(), "--x".to_string(), file("x_q.npy")];
     for (flag, name) in [("--wq", "w_q"), ("--wk", "w_k"), ("--wv", "w_v"), ("--wo", "w_o")] {
         args.extend([flag.to_string(), file(&format!("{name}.npy"))]);
     }
@@ -55,7 +55,8 @@ fn run_multihead_tool(work: &Path, png: Option<&Path>) -> Result<f64, Box<dyn Er
     if let Some(png) = png {
         args.extend(["--png".to_string(), png.display().to_string()]);
     }
-    reader_tools::multihead::run(&args)?;
+    reader_tools::multihead::run(args.into_iter().map(Into::into).collect())
+        .map_err(|failure| failure.message())?;
     let ours: ArrayD<f64> = read_npy(&out)?;
     let torch: ArrayD<f64> = read_npy(fixture.join("out.npy"))?;
     Ok((ours - torch).iter().fold(0.0, |m: f64, d| m.max(d.abs())))
@@ -161,6 +162,14 @@ pub fn render_figures(out_dir: &Path) -> Result<Vec<PathBuf>, Box<dyn Error>> {
     Ok(vec![scores_png, cross_png, tool_png, text])
 }
 
+/// What `--help` says this example does.
+const ABOUT: &str = "\
+    Chapter 7, The complete layer: notebook 004's run end to end, encoders and decoders, \
+    cross-attention.\n\n\
+    Prints the numbers the chapter quotes (the same text goes to ch07_output.txt) and \
+    draws ch07_masked_scores.png, ch07_cross_attention.png and ch07_multihead_tool.png \
+    into book/img/ (or --out-dir).";
+
 fn main() -> Result<(), Box<dyn Error>> {
-    common::run_chapter(render_figures)
+    common::run_chapter(env!("CARGO_CRATE_NAME"), ABOUT, render_figures)
 }

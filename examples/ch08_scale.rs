@@ -5,6 +5,7 @@
 //! cargo run --release --example ch08_scale -- --figures-only [--out-dir DIR]
 //! cargo run --release --example ch08_scale -- --csv [--lengths ...] [--runs N] [--threads N]
 //! cargo run --release --example ch08_scale -- --peak plain|tiled|inputs --len L
+//! cargo run --release --example ch08_scale -- --help
 //! ```
 //!
 //! The first form prints the numbers the chapter quotes (the same text goes to
@@ -21,6 +22,7 @@
 //! inputs) and exits, for measuring peak memory with `/usr/bin/time -v`
 //! (`tools/peak_memory.sh`).
 
+#[allow(dead_code)] // `run_chapter`: this example parses more options, with `common::parse`
 mod common;
 #[path = "common/timing.rs"]
 mod timing;
@@ -32,6 +34,7 @@ use std::path::{Path, PathBuf};
 use attention::mask::Mask;
 use attention::sdpa::{sdpa, sdpa_batched};
 use attention::tiled::{Masking, Running, Tiles, causal_tile_counts, online_softmax, tiled_sdpa, tiled_sdpa_batched};
+use clap::ValueEnum;
 use figures::{Axis, Heatmap, LineChart, ValueRange};
 use ndarray::{Array, Array2, Dimension, ShapeBuilder, arr1, arr2};
 use rand::{Rng, SeedableRng, rngs::StdRng};
@@ -291,99 +294,121 @@ fn draw_timings(rows: &[Timing], path: &Path) -> Result<(), Box<dyn Error>> {
     Ok(())
 }
 
-/// `--peak`: one head of length `l`, `d = 64`, computed once by `what` ("plain", "tiled", or
-/// "inputs" for none), for `/usr/bin/time -v`.
-fn peak(what: &str, l: usize) -> Result<(), Box<dyn Error>> {
+/// `--peak`: one head of length `l`, `d = 64`, computed once by `what` (or, for `inputs`,
+/// not at all), for `/usr/bin/time -v`.
+fn peak(what: Peak, l: usize) -> Result<(), Box<dyn Error>> {
     let mut rng = StdRng::seed_from_u64(SEED);
-    let (q, k, v): (Array2<f32>, Array2<f32>, Array2<f32>) =
-        (random((l, D), &mut rng), random((l, D), &mut rng), random((l, D), &mut rng));
+    let (q, k, v): (Array2<f32>, Array2<f32>, Array2<f32>) = (
+        random((l, D), &mut rng),
+        random((l, D), &mut rng),
+        random((l, D), &mut rng),
+    );
     let inputs_mib = (q.len() + k.len() + v.len()) as f64 * 4.0 / MIB;
     let output = match what {
-        "plain" => sdpa(&q, &k, &v, None)?.output,
-        "tiled" => tiled_sdpa(&q, &k, &v, Masking::All, Tiles::default())?,
-        "inputs" => Array2::zeros((l, D)),
-        other => return Err(format!("--peak takes plain, tiled or inputs, not {other:?}").into()),
+        Peak::Plain => sdpa(&q, &k, &v, None)?.output,
+        Peak::Tiled => tiled_sdpa(&q, &k, &v, Masking::All, Tiles::default())?,
+        Peak::Inputs => Array2::zeros((l, D)),
     };
-    println!("peak {what}: L = {l}, d = {D}, inputs {inputs_mib:.2} MiB, output sum {:.4}", output.sum());
+    let name = what
+        .to_possible_value()
+        .expect("no variant is skipped")
+        .get_name()
+        .to_string();
+    println!(
+        "peak {name}: L = {l}, d = {D}, inputs {inputs_mib:.2} MiB, output sum {:.4}",
+        output.sum()
+    );
     Ok(())
 }
 
-/// The command line beyond `--out-dir`.
-struct Options {
+/// What `--help` says this example does.
+const ABOUT: &str = "\
+    Chapter 8, Attention at scale: online softmax, tiles, and what the L × L matrix costs.\n\n\
+    Prints the numbers the chapter quotes (the same text goes to ch08_output.txt), draws \
+    ch08_causal_tiles.png and ch08_memory.png into book/img/ (or --out-dir), then times the \
+    plain and the tiled path on this machine (f32, 8 heads of d = 64, causal and not) and \
+    prints a table; those timings are this machine's and not part of the book.";
+
+/// The command line.
+#[derive(clap::Parser, Debug)]
+struct Cli {
+    #[command(flatten)]
+    output: common::Output,
+    /// Also draw this machine's timings, ch08_time_vs_l.png, into the output directory (a
+    /// figure the book does not commit)
+    #[arg(long)]
     timings: bool,
-    /// Stop after the figures and the report: no timing sweep.
-    figures_only: bool,
+    /// Only run the timing sweep and print it as CSV (what tools/bench_torch.py --compare
+    /// reads)
+    #[arg(long, conflicts_with_all = ["timings", "figures_only"])]
     csv: bool,
+    /// The sequence lengths of the timing sweep
+    #[arg(long, value_name = "L,L,...", value_delimiter = ',', default_values_t = LENGTHS,
+        value_parser = at_least_one)]
     lengths: Vec<usize>,
+    /// Timed runs per case, after one warm-up; the median is reported
+    #[arg(long, value_name = "N", default_value_t = 5, value_parser = at_least_one)]
     runs: usize,
+    /// The number of threads of the tiled path's pool
+    #[arg(long, value_name = "N", default_value_t = THREADS, value_parser = at_least_one)]
     threads: usize,
-    peak: Option<String>,
+    /// Compute one head of length --len once with this path (inputs: only build Q, K, V)
+    /// and exit, for measuring peak memory with /usr/bin/time -v (tools/peak_memory.sh)
+    #[arg(long, value_enum, conflicts_with_all = ["csv", "timings", "figures_only"])]
+    peak: Option<Peak>,
+    /// The sequence length for --peak
+    #[arg(long, value_name = "L", default_value_t = 4096, requires = "peak",
+        value_parser = at_least_one)]
     len: usize,
 }
 
-fn options() -> Result<Options, Box<dyn Error>> {
-    let mut o = Options {
-        timings: false,
-        figures_only: false,
-        csv: false,
-        lengths: LENGTHS.to_vec(),
-        runs: 5,
-        threads: THREADS,
-        peak: None,
-        len: 4096,
-    };
-    let mut args = std::env::args().skip(1);
-    let number = |v: Option<String>, name: &str| -> Result<usize, Box<dyn Error>> {
-        let v = v.ok_or(format!("{name} needs a value"))?;
-        v.parse().map_err(|e| format!("{name} {v}: {e}").into())
-    };
-    while let Some(arg) = args.next() {
-        match arg.as_str() {
-            "--timings" => o.timings = true,
-            "--figures-only" => o.figures_only = true,
-            "--csv" => o.csv = true,
-            "--runs" => o.runs = number(args.next(), "--runs")?,
-            "--threads" => o.threads = number(args.next(), "--threads")?,
-            "--len" => o.len = number(args.next(), "--len")?,
-            "--peak" => o.peak = Some(args.next().ok_or("--peak needs plain, tiled or inputs")?),
-            "--lengths" => {
-                let list = args.next().ok_or("--lengths needs a list such as 128,512")?;
-                o.lengths =
-                    list.split(',').map(|s| number(Some(s.to_string()), "--lengths")).collect::<Result<_, _>>()?;
-            }
-            "--out-dir" => {
-                args.next();
-            }
-            a if a.starts_with("--out-dir=") => {}
-            other => return Err(format!("unknown argument {other:?}").into()),
-        }
+/// A count or a length on the command line: a whole number, at least 1.
+fn at_least_one(text: &str) -> Result<usize, String> {
+    match text.parse::<usize>() {
+        Ok(n) if n >= 1 => Ok(n),
+        _ => Err("expected a whole number, at least 1".into()),
     }
-    Ok(o)
+}
+
+/// What `--peak` computes.
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum Peak {
+    /// sdpa: the scores and the weights, L × L each
+    Plain,
+    /// tiled_sdpa: tiles only
+    Tiled,
+    /// nothing: the baseline, the program and its inputs
+    Inputs,
 }
 
 fn main() -> Result<(), Box<dyn Error>> {
-    let o = options()?;
-    if let Some(what) = &o.peak {
-        return peak(what, o.len);
+    let cli: Cli = common::parse(env!("CARGO_CRATE_NAME"), ABOUT);
+    let (runs, threads) = (cli.runs, cli.threads);
+    if let Some(what) = cli.peak {
+        return peak(what, cli.len);
     }
-    if o.csv {
+    if cli.csv {
         println!("L,causal,plain_ms,tiled_ms");
-        for r in sweep(&o.lengths, o.runs, o.threads)? {
+        for r in sweep(&cli.lengths, runs, threads)? {
             println!("{},{},{:.3},{:.3}", r.l, r.causal, r.plain_ms, r.tiled_ms);
         }
         return Ok(());
     }
-    common::run_chapter(render_figures)?;
-    if o.figures_only {
+    let dir = cli.output.dir()?;
+    common::render_into(&dir, render_figures)?;
+    if cli.output.figures_only {
         return Ok(());
     }
-    println!("\nTiming on this machine ({} runs after one warm-up each; takes a minute):", o.runs);
-    let rows = sweep(&o.lengths, o.runs, o.threads)?;
-    print!("{}", timing_table(&rows, o.threads, gemm_gflops()));
-    if o.timings {
-        let path = common::out_dir()?.join("ch08_time_vs_l.png");
+    println!("\nTiming on this machine ({runs} runs after one warm-up each; takes a minute):");
+    let rows = sweep(&cli.lengths, runs, threads)?;
+    print!("{}", timing_table(&rows, threads, gemm_gflops()));
+    if cli.timings {
+        let path = dir.join("ch08_time_vs_l.png");
         draw_timings(&rows, &path)?;
-        println!("wrote {} (this machine's timings; not part of the book)", path.display());
+        println!(
+            "wrote {} (this machine's timings; not part of the book)",
+            path.display()
+        );
     }
     Ok(())
 }

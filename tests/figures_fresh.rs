@@ -342,17 +342,45 @@ fn image_references_are_found_in_markdown() {
 #[test]
 fn out_dir_prefers_the_flag_then_the_environment() {
     use std::ffi::OsString;
-    let args = |a: &[&str]| a.iter().map(OsString::from).collect::<Vec<_>>();
     let env = Some(OsString::from("/from/env"));
-    assert_eq!(common::resolve(args(&[]), None).unwrap(), root().join("book/img"));
-    assert_eq!(common::resolve(args(&[]), env.clone()).unwrap(), PathBuf::from("/from/env"));
-    assert_eq!(
-        common::resolve(args(&["--out-dir", "/x"]), env.clone()).unwrap(),
-        PathBuf::from("/x")
-    );
-    assert_eq!(
-        common::resolve(args(&["--seed", "3", "--out-dir=/y"]), env).unwrap(),
-        PathBuf::from("/y")
-    );
-    assert!(common::resolve(args(&["--out-dir"]), None).is_err());
+    assert_eq!(common::resolve(None, None).unwrap(), root().join("book/img"));
+    assert_eq!(common::resolve(None, env.clone()).unwrap(), PathBuf::from("/from/env"));
+    assert_eq!(common::resolve(None, Some(OsString::new())).unwrap(), root().join("book/img"));
+    let flag = Some(PathBuf::from("/x"));
+    assert_eq!(common::resolve(flag, env).unwrap(), PathBuf::from("/x"));
+    assert!(common::resolve(Some(PathBuf::new()), None).is_err());
+}
+
+#[test]
+fn chapter_examples_answer_help_and_refuse_unknown_options() {
+    use clap::FromArgMatches;
+    use clap::error::ErrorKind;
+    let parse = |args: &[&str]| {
+        common::command::<common::ChapterCli>("ch01_embeddings", "Chapter 1.")
+            .try_get_matches_from(
+                std::iter::once("ch01_embeddings").chain(args.iter().copied()),
+            )
+            .and_then(|m| common::ChapterCli::from_arg_matches(&m))
+    };
+    // --help and --version end the run before anything is drawn (exit code 0).
+    let help = parse(&["--help"]).unwrap_err();
+    assert_eq!((help.kind(), help.exit_code()), (ErrorKind::DisplayHelp, 0));
+    let text = help.render().to_string();
+    for expected in [
+        "Chapter 1.",
+        "--out-dir <DIR>",
+        "--figures-only",
+        "cargo run --release --example ch01_embeddings --",
+    ] {
+        assert!(text.contains(expected), "{expected:?} missing from:\n{text}");
+    }
+    assert_eq!(parse(&["--version"]).unwrap_err().kind(), ErrorKind::DisplayVersion);
+    // Anything unknown is an error (exit code 2), never ignored.
+    for wrong in [&["--bogus"][..], &["extra"], &["--out-dir"], &["--seed", "3"]] {
+        let e = parse(wrong).unwrap_err();
+        assert_eq!(e.exit_code(), 2, "{wrong:?}: {e}");
+    }
+    let ok = parse(&["--out-dir", "/x", "--figures-only"]).unwrap();
+    assert_eq!(ok.output.out_dir, Some(PathBuf::from("/x")));
+    assert!(ok.output.figures_only);
 }

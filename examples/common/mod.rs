@@ -1,17 +1,19 @@
-//! Shared by the chapter examples (`examples/chNN_*.rs`): where their figures go.
+//! Shared by the chapter examples (`examples/chNN_*.rs`): their command line and where their
+//! figures go.
 //!
-//! A chapter example declares `mod common;` and calls [`out_dir`] in its `main`:
+//! A chapter example declares `mod common;` and calls [`run_chapter`] in its `main`:
 //!
 //! ```text
 //! cargo run --example ch03_scores                      # writes into book/img/
 //! cargo run --example ch03_scores -- --out-dir /tmp/x  # writes into /tmp/x/
 //! BOOK_IMG_DIR=/tmp/x cargo run --example ch03_scores  # the same
+//! cargo run --example ch03_scores -- --help            # what it does and its options
 //! ```
 //!
 //! `--out-dir` wins over `BOOK_IMG_DIR`, which wins over the default `<repository>/book/img`.
-//! Other arguments are the example's own; `cargo xtask figures` passes `--figures-only` to
-//! every chapter example, which those with extra work beyond the book's figures and report
-//! (chapter 8's timing sweep) honour and the others have no need to read.
+//! Every chapter example accepts `--figures-only` (`cargo xtask figures` passes it to all of
+//! them): only chapter 8 does more than draw its figures and write its report (a timing
+//! sweep), which the flag skips. An unknown option is an error (exit code 2), never ignored.
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -19,50 +21,98 @@ use std::path::{Path, PathBuf};
 /// The environment variable that redirects the figures.
 pub const ENV_VAR: &str = "BOOK_IMG_DIR";
 
-/// The directory this run's figures go to (created if missing), from the command line, the
-/// environment, or the default `book/img` of this repository.
-pub fn out_dir() -> Result<PathBuf, String> {
-    let dir = resolve(std::env::args_os().skip(1), std::env::var_os(ENV_VAR))?;
-    std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create the figure directory {}: {e}", dir.display()))?;
-    Ok(dir)
+/// The options every chapter example has.
+#[derive(clap::Args, Debug, Clone)]
+pub struct Output {
+    /// Write the figures and the report into DIR instead of the book's book/img/ (or set
+    /// BOOK_IMG_DIR)
+    #[arg(long, value_name = "DIR")]
+    pub out_dir: Option<PathBuf>,
+    /// Only draw the figures and write the report (chapter 8 then skips its timing sweep)
+    #[arg(long)]
+    pub figures_only: bool,
+}
+
+impl Output {
+    /// The directory this run's figures go to (created if missing): `--out-dir`, else
+    /// `BOOK_IMG_DIR`, else the default `book/img` of this repository.
+    pub fn dir(&self) -> Result<PathBuf, String> {
+        let dir = resolve(self.out_dir.clone(), std::env::var_os(ENV_VAR))?;
+        std::fs::create_dir_all(&dir)
+            .map_err(|e| format!("cannot create the figure directory {}: {e}", dir.display()))?;
+        Ok(dir)
+    }
+}
+
+/// The command line of a chapter example that has only the [`Output`] options.
+#[derive(clap::Parser, Debug)]
+pub struct ChapterCli {
+    /// The options every chapter example has.
+    #[command(flatten)]
+    pub output: Output,
+}
+
+/// The clap command of the example `name` (its `CARGO_CRATE_NAME`) described by `about`.
+pub fn command<C: clap::CommandFactory>(name: &'static str, about: &'static str) -> clap::Command {
+    C::command()
+        .name(name)
+        .about(about)
+        .version(env!("CARGO_PKG_VERSION"))
+        .after_help(format!(
+            "Run from the repository root: cargo run --release --example {name} -- [OPTIONS]"
+        ))
+}
+
+/// Parses the process's command line as clap does: `--help` and `--version` print and exit 0
+/// before anything is drawn; a wrong option prints clap's error and exits 2.
+pub fn parse<C: clap::Parser>(name: &'static str, about: &'static str) -> C {
+    let mut command = command::<C>(name, about);
+    let matches = command.get_matches_mut();
+    C::from_arg_matches(&matches).unwrap_or_else(|e| e.format(&mut command).exit())
 }
 
 /// The default: `book/img` next to the root `Cargo.toml`.
 pub fn default_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("book").join("img")
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("book")
+        .join("img")
 }
 
-/// Picks the directory from the arguments (after the program name) and the environment
-/// variable's value. Arguments other than `--out-dir DIR` / `--out-dir=DIR` are left to the
-/// example.
-pub fn resolve(args: impl IntoIterator<Item = OsString>, env: Option<OsString>) -> Result<PathBuf, String> {
-    let mut args = args.into_iter();
-    let mut from_args = None;
-    while let Some(arg) = args.next() {
-        let text = arg.to_string_lossy();
-        if text == "--out-dir" {
-            let dir = args.next().ok_or("--out-dir needs a directory after it")?;
-            from_args = Some(PathBuf::from(dir));
-        } else if let Some(dir) = text.strip_prefix("--out-dir=") {
-            from_args = Some(PathBuf::from(dir));
-        }
-    }
-    if from_args.as_ref().is_some_and(|d| d.as_os_str().is_empty()) {
+/// Picks the directory: the `--out-dir` flag, else the environment variable's value (when not
+/// empty), else [`default_dir`].
+pub fn resolve(flag: Option<PathBuf>, env: Option<OsString>) -> Result<PathBuf, String> {
+    if flag.as_ref().is_some_and(|d| d.as_os_str().is_empty()) {
         return Err("--out-dir needs a non-empty directory".into());
     }
-    Ok(from_args.or_else(|| env.filter(|e| !e.is_empty()).map(PathBuf::from)).unwrap_or_else(default_dir))
+    Ok(flag
+        .or_else(|| env.filter(|e| !e.is_empty()).map(PathBuf::from))
+        .unwrap_or_else(default_dir))
 }
 
 /// What every chapter example exposes: draws its figures (and writes its report,
 /// `chNN_output.txt`) into a directory and returns the files it wrote.
 pub type Render = fn(&Path) -> Result<Vec<PathBuf>, Box<dyn std::error::Error>>;
 
-/// The `main` of a chapter example: renders into [`out_dir`], prints the report it wrote (the
-/// `.txt` file the chapter includes), then lists every file. The report is computed once, by
-/// `render`, so what the terminal shows is byte for byte what the book shows.
-pub fn run_chapter(render: Render) -> Result<(), Box<dyn std::error::Error>> {
-    let written = render(&out_dir()?)?;
-    for path in written.iter().filter(|p| p.extension().is_some_and(|e| e == "txt")) {
+/// The `main` of a chapter example whose only options are [`Output`]'s: parses the command
+/// line (see [`parse`]), then [`render_into`] the chosen directory.
+pub fn run_chapter(
+    name: &'static str,
+    about: &'static str,
+    render: Render,
+) -> Result<(), Box<dyn std::error::Error>> {
+    let cli: ChapterCli = parse(name, about);
+    render_into(&cli.output.dir()?, render)
+}
+
+/// Renders into `dir`, prints the report it wrote (the `.txt` file the chapter includes), then
+/// lists every file. The report is computed once, by `render`, so what the terminal shows is
+/// byte for byte what the book shows.
+pub fn render_into(dir: &Path, render: Render) -> Result<(), Box<dyn std::error::Error>> {
+    let written = render(dir)?;
+    for path in written
+        .iter()
+        .filter(|p| p.extension().is_some_and(|e| e == "txt"))
+    {
         print!("{}", std::fs::read_to_string(path)?);
     }
     for path in &written {
