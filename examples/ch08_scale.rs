@@ -167,6 +167,7 @@ pub fn render_figures(out_dir: &Path) -> Result<Vec<PathBuf>, Box<dyn Error>> {
         .col_labels(&cols)
         .masked(&skipped)
         .mask_mark("skip")
+        .mask_legend("skipped")
         .row_title("query block")
         .col_title("key tile")
         .title(format!("Causal attention, L = {PICTURE_L}: the tiles each query block computes"))

@@ -124,14 +124,18 @@ def mha_case(name, dtype, d_model, heads, l_q, l_k, batch=None, mask_kind=None, 
     # ANCHOR: mha_weights
     w = mha.in_proj_weight.detach()
     d = d_model
+    w_q = w[:d].T
+    w_k = w[d : 2 * d].T
+    w_v = w[2 * d :].T
+    w_o = mha.out_proj.weight.detach().T
+    # ANCHOR_END: mha_weights
     arrays = dict(
         x_q=x_q,
         x_kv=x_kv,
-        w_q=w[:d].T,
-        w_k=w[d : 2 * d].T,
-        w_v=w[2 * d :].T,
-        w_o=mha.out_proj.weight.detach().T,
-    # ANCHOR_END: mha_weights
+        w_q=w_q,
+        w_k=w_k,
+        w_v=w_v,
+        w_o=w_o,
         heads=np.array(heads, dtype=np.int64),
         out=out,
         weights=weights,

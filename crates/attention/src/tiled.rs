@@ -483,7 +483,7 @@ fn attend_block<A: Float>(
                 out_row.mapv_inplace(|o| o * rescale);
             }
         }
-        // O += P · V_tile
+        // U += P · V_tile
         general_mat_mul(A::one(), &p, &v.slice(s![j0..j1, ..]), A::one(), &mut out);
     }
     // ANCHOR_END: tile_loop

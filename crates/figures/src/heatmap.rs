@@ -246,6 +246,7 @@ struct Style {
     col_title: String,
     colorbar_label: String,
     mask_mark: String,
+    mask_legend: String,
 }
 
 impl Default for Style {
@@ -259,6 +260,7 @@ impl Default for Style {
             col_title: "key (attending to)".into(),
             colorbar_label: "value".into(),
             mask_mark: "\u{2212}\u{221e}".into(),
+            mask_legend: "masked".into(),
         }
     }
 }
@@ -383,6 +385,21 @@ macro_rules! style_setters {
         /// ```
         pub fn mask_mark(mut self, mark: impl Into<String>) -> Self {
             self.style.mask_mark = mark.into();
+            self
+        }
+
+        /// The word next to the hatched square under the colour bar, drawn when any cell is
+        /// masked (default "masked"), e.g. "skipped" for cells that stand for work not done.
+        ///
+        /// ```
+        /// # use ndarray::array;
+        /// # let dir = tempfile::tempdir()?;
+        #[doc = concat!("let fig = ", $make, ";")]
+        /// fig.mask_legend("skipped").save(dir.path().join("f.png"))?;
+        /// # Ok::<(), Box<dyn std::error::Error>>(())
+        /// ```
+        pub fn mask_legend(mut self, legend: impl Into<String>) -> Self {
+            self.style.mask_legend = legend.into();
             self
         }
     };
@@ -891,13 +908,13 @@ fn colorbar_ticks(scale: &Scale) -> Vec<(f64, String)> {
     labelled_linear_ticks(scale.low, scale.high, 8)
 }
 
-/// Width of the colour bar with its ticks, label and the "masked" legend.
+/// Width of the colour bar with its ticks, label and the masked-cell legend.
 fn colorbar_width(style: &Style, scale: &Scale, any_masked: bool) -> i32 {
     let tick_w = LABEL.widest(colorbar_ticks(scale).iter().map(|(_, s)| s.as_str()));
     let label_w = AXIS.room(&style.colorbar_label, 10);
     let bar = BAR_W + TICK + 4 + tick_w + label_w;
     let legend = if any_masked {
-        BAR_W + GAP + LABEL.width("masked")
+        BAR_W + GAP + LABEL.width(&style.mask_legend)
     } else {
         0
     };
@@ -1006,7 +1023,7 @@ fn render(
             LABEL
                 .pen()
                 .middle()
-                .draw(area, "masked", (bar_x + BAR_W + GAP, y + BAR_W / 2))?;
+                .draw(area, &style.mask_legend, (bar_x + BAR_W + GAP, y + BAR_W / 2))?;
         }
         Ok(())
     })

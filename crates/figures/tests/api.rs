@@ -124,6 +124,14 @@ fn masked_cells_are_grey_and_unmasked_ones_are_not() {
         .to_png()
         .unwrap();
     assert_eq!(masked, allowed);
+    // The legend's word is drawn (only) when a cell is masked: it changes the image then.
+    let legend = |word: &str, mask| {
+        Heatmap::new(&m).masked(&mask).mask_legend(word).to_png().unwrap()
+    };
+    assert_eq!(legend("masked", array![[false, true], [false, false]]), masked);
+    assert_ne!(legend("skipped", array![[false, true], [false, false]]), masked);
+    let none = Array2::from_elem((2, 2), false);
+    assert_eq!(legend("skipped", none.clone()), legend("masked", none));
     // −∞ (a masked score) is masked without a mask; NaN is fine where masked.
     let scores = array![[1.0, f64::NEG_INFINITY], [0.5, -0.5]];
     assert!(
