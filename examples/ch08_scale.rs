@@ -400,7 +400,7 @@ fn main() -> Result<(), Box<dyn Error>> {
     if cli.output.figures_only {
         return Ok(());
     }
-    println!("\nTiming on this machine ({runs} runs after one warm-up each; takes a minute):");
+    println!("\nTiming on this machine ({runs} runs after one warm-up each; about half a minute on 2 cores):");
     let rows = sweep(&cli.lengths, runs, threads)?;
     print!("{}", timing_table(&rows, threads, gemm_gflops()));
     if cli.timings {

@@ -35,6 +35,9 @@ use tempfile::TempDir;
 /// `mkdir:N:PATH` (before output N, make PATH a directory, so that writing output N fails).
 const HOOK: &str = "TOOL_PROCESSES_HOOK";
 
+/// How many runs are killed at random moments (Appendix C quotes it).
+const KILLS: usize = 40;
+
 fn main() {
     let args: Vec<OsString> = std::env::args_os().collect();
     if args.get(1).is_some_and(|a| a == "--as-tool") {
@@ -390,6 +393,7 @@ fn malformed_files_end_in_one_error_line() {
     println!(
         "  {runs} damaged files: {refused} refused with one error line, {accepted} still valid"
     );
+    assert_eq!(runs, 380, "Appendix C quotes the number of damaged files");
 }
 
 /// Old contents for the outputs, all different from anything the tools write.
@@ -631,7 +635,7 @@ fn a_hard_kill_leaves_each_output_old_or_whole() {
     let new = reference(&args, &names, &dir);
     let full = start.elapsed();
     let mut tally = std::collections::BTreeMap::new();
-    for _ in 0..40 {
+    for _ in 0..KILLS {
         let old = old_outputs(&dir, &names);
         let mut child =
             tool("attend", &args).stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap();
@@ -646,5 +650,5 @@ fn a_hard_kill_leaves_each_output_old_or_whole() {
             }
         }
     }
-    println!("  40 runs killed at random (one run takes {full:.0?}): out/w states {tally:?}");
+    println!("  {KILLS} runs killed at random (one run takes {full:.0?}): out/w states {tally:?}");
 }
