@@ -22,6 +22,7 @@ pub fn check_book(root: &Path) -> Result<()> {
     }
     let mut problems = check_sources(&root.join("book"))?;
     problems.extend(check_html(&html_dir)?);
+    problems.extend(check_quizzes(&root.join("book"), &html_dir)?);
     if !problems.is_empty() {
         let list: Vec<String> = problems.iter().map(|p| format!("  - {p}")).collect();
         return Err(format!("book integrity check found {} problem(s):\n{}", problems.len(), list.join("\n")).into());
@@ -483,5 +484,453 @@ mod tests {
         assert!(problems.contains("has no `ANCHOR_END: open`"), "{problems}");
         assert!(problems.contains("cannot read"), "{problems}");
         assert_eq!(problems.lines().count(), 3, "{problems}");
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Quizzes
+//
+// Every chapter (`book/chNN-*.md`) ends with mdbook-quiz's directive `{{#quiz quizzes/chNN.toml}}`.
+// At build time the preprocessor replaces it with a `<div class="quiz-placeholder">` that holds
+// the questions as JSON, and links its script and stylesheet (copied into `book/quiz/`) at the end
+// of the page; the script renders the quiz in the reader's browser. These checks make sure every
+// chapter has its quiz, that the directive was expanded into a quiz a reader can use, that the
+// page loads mdbook-quiz's files from the book itself, and that the questions keep the book's
+// rules (4 to 6 questions, each with an `id` and an explanation; no "all of the above", no
+// "which is NOT").
+
+/// How many questions a chapter's quiz has.
+const QUIZ_LENGTH: std::ops::RangeInclusive<usize> = 4..=6;
+
+/// The question types mdbook-quiz 0.5.0 renders; all of them work offline (a `Tracing` program
+/// is compiled and run by the preprocessor at build time, with the local `rustc`).
+const QUIZ_TYPES: [&str; 3] = ["MultipleChoice", "ShortAnswer", "Tracing"];
+
+/// mdbook-quiz's files, relative to the book's root, which every page with a quiz must load.
+const QUIZ_ASSETS: [&str; 2] = ["quiz/quiz-embed.iife.js", "quiz/style.css"];
+
+/// Problems with the chapters' quizzes: in the sources under `src` (the book's `book/`) and in
+/// the built pages under `html_dir`.
+pub fn check_quizzes(src: &Path, html_dir: &Path) -> Result<Vec<String>> {
+    let chapters = chapter_pages(src)?;
+    let mut problems = check_quiz_sources(src, &chapters)?;
+    let mut ids = HashSet::new();
+    for (number, page) in &chapters {
+        let html = html_dir.join(page).with_extension("html");
+        let shown = html.strip_prefix(html_dir).unwrap_or(&html).display().to_string();
+        let Ok(text) = std::fs::read_to_string(&html) else {
+            problems.push(format!("{shown}: missing (chapter {number})"));
+            continue;
+        };
+        for problem in quiz_page_problems(html_dir, &html, &text, &mut ids) {
+            problems.push(format!("{shown}: {problem}"));
+        }
+    }
+    Ok(problems)
+}
+
+/// The chapters under `src`: (`"01"`, `"ch01-embeddings.md"`), sorted by file name.
+fn chapter_pages(src: &Path) -> Result<Vec<(String, String)>> {
+    let mut chapters = Vec::new();
+    for entry in std::fs::read_dir(src).map_err(|e| format!("cannot read {}: {e}", src.display()))? {
+        let name = entry?.file_name().to_string_lossy().into_owned();
+        let number = name.strip_prefix("ch").and_then(|rest| rest.get(..2)).filter(|n| n.bytes().all(|b| b.is_ascii_digit()));
+        if let Some(number) = number.filter(|_| name.ends_with(".md") && name[4..].starts_with('-')) {
+            chapters.push((number.to_string(), name));
+        }
+    }
+    chapters.sort();
+    Ok(chapters)
+}
+
+/// Every chapter ends with its own quiz directive, every quiz file exists and is used, and every
+/// question in it has an `id` (without one, mdbook-quiz writes a random id into the source file
+/// at every build) and a `context`.
+fn check_quiz_sources(src: &Path, chapters: &[(String, String)]) -> Result<Vec<String>> {
+    let mut problems = Vec::new();
+    let mut used = HashSet::new();
+    for (number, page) in chapters {
+        let text = read(&src.join(page))?;
+        let directive = format!("{{{{#quiz quizzes/ch{number}.toml}}}}");
+        let last = text.lines().rev().find(|line| !line.trim().is_empty()).unwrap_or("").trim();
+        if last != directive {
+            problems.push(format!("{page}: does not end with its quiz, `{directive}` (last line: `{last}`)"));
+        }
+        if text.matches("{{#quiz ").count() > 1 {
+            problems.push(format!("{page}: more than one `{{{{#quiz ...}}}}` directive"));
+        }
+        let quiz = format!("quizzes/ch{number}.toml");
+        used.insert(quiz.clone());
+        match std::fs::read_to_string(src.join(&quiz)) {
+            Ok(toml) => problems.extend(quiz_source_problems(&toml).into_iter().map(|p| format!("{quiz}: {p}"))),
+            Err(e) => problems.push(format!("{quiz}: cannot read it ({e}), but {page} includes it")),
+        }
+    }
+    if let Ok(entries) = std::fs::read_dir(src.join("quizzes")) {
+        let mut orphans = Vec::new();
+        for entry in entries {
+            let name = format!("quizzes/{}", entry?.file_name().to_string_lossy());
+            if !used.contains(&name) {
+                orphans.push(name);
+            }
+        }
+        orphans.sort();
+        problems.extend(orphans.into_iter().map(|name| format!("{name}: no chapter includes it")));
+    }
+    Ok(problems)
+}
+
+/// Problems of one quiz file, read line by line: each `[[questions]]` table needs `id = ...` and
+/// `context = ...` lines.
+fn quiz_source_problems(toml: &str) -> Vec<String> {
+    let mut problems = Vec::new();
+    let toml = format!("\n{toml}");
+    let mut tables = toml.split("\n[[questions]]").skip(1).peekable();
+    if tables.peek().is_none() {
+        problems.push("no `[[questions]]` table".to_string());
+    }
+    for (i, table) in tables.enumerate() {
+        for key in ["id", "context"] {
+            let has_key = table.lines().any(|line| line.split_once('=').is_some_and(|(k, _)| k.trim() == key));
+            if !has_key {
+                problems.push(format!("question {} has no `{key}`", i + 1));
+            }
+        }
+    }
+    problems
+}
+
+/// Problems of one built chapter page (`file`, whose HTML is `text`): its quiz placeholder, its
+/// questions, its quiz files.
+fn quiz_page_problems(html_dir: &Path, file: &Path, text: &str, ids: &mut HashSet<String>) -> Vec<String> {
+    let mut problems = Vec::new();
+    let page = parse_html(text);
+    let placeholders: Vec<&Tag> = page
+        .tags
+        .iter()
+        .filter(|t| t.name == "div" && t.attr("class").is_some_and(|c| c.split_whitespace().any(|c| c == "quiz-placeholder")))
+        .collect();
+    if placeholders.len() != 1 {
+        problems.push(format!("{} quiz placeholders, expected 1 (was the quiz preprocessor run?)", placeholders.len()));
+    }
+    if placeholders.is_empty() {
+        return problems;
+    }
+    // The questions are JSON in an attribute, escaped by mdbook-quiz with named and numeric
+    // character references (`&quot;`, `&#92;` for a backslash): read them raw, decode them once.
+    let raw = delimited(text, "data-quiz-questions=\"", "\"");
+    if raw.len() != placeholders.len() {
+        problems.push("a quiz placeholder has no data-quiz-questions".to_string());
+    }
+    for json in raw {
+        match serde_json::from_str::<serde_json::Value>(&decode_character_references(json)) {
+            Ok(quiz) => problems.extend(quiz_problems(&quiz, ids)),
+            Err(e) => problems.push(format!("the quiz's data-quiz-questions is not JSON: {e}")),
+        }
+    }
+    for asset in QUIZ_ASSETS {
+        let wanted = normalize(&html_dir.join(asset));
+        let linked = page.tags.iter().any(|t| {
+            let url = match t.name.as_str() {
+                "script" => t.attr("src"),
+                "link" if t.attr("rel") == Some("stylesheet") => t.attr("href"),
+                _ => None,
+            };
+            url.is_some_and(|url| !is_external(url) && normalize(&file.parent().unwrap_or(html_dir).join(url)) == wanted)
+        });
+        if !linked {
+            problems.push(format!("does not load mdbook-quiz's {asset} from the book"));
+        } else if !wanted.is_file() {
+            problems.push(format!("loads {asset}, which is not in the built book"));
+        }
+    }
+    problems
+}
+
+/// Problems of one quiz, as the page hands it to mdbook-quiz's script: `{"questions": [...]}`.
+/// Question ids must be unique across the book (`ids` collects them from page to page).
+fn quiz_problems(quiz: &serde_json::Value, ids: &mut HashSet<String>) -> Vec<String> {
+    let mut problems = Vec::new();
+    let Some(questions) = quiz.get("questions").and_then(|q| q.as_array()) else {
+        return vec!["the quiz has no list of questions".to_string()];
+    };
+    if !QUIZ_LENGTH.contains(&questions.len()) {
+        problems.push(format!(
+            "{} questions, expected {} to {}",
+            questions.len(),
+            QUIZ_LENGTH.start(),
+            QUIZ_LENGTH.end()
+        ));
+    }
+    fn text(value: Option<&serde_json::Value>) -> &str {
+        value.and_then(|v| v.as_str()).map(str::trim).unwrap_or("")
+    }
+    for (i, question) in questions.iter().enumerate() {
+        let mut problem = |p: String| problems.push(format!("question {}: {p}", i + 1));
+        let id = text(question.get("id"));
+        if id.is_empty() {
+            problem("no id".into());
+        } else if !ids.insert(id.to_string()) {
+            problem(format!("id \"{id}\" is used twice in the book"));
+        }
+        if text(question.get("context")).is_empty() {
+            problem("no context explaining the answer".into());
+        }
+        let kind = text(question.get("type"));
+        if !QUIZ_TYPES.contains(&kind) {
+            problem(format!("type \"{kind}\" is none of {QUIZ_TYPES:?}"));
+        }
+        let prompt = question.get("prompt");
+        let answer = question.get("answer");
+        if kind == "Tracing" {
+            if text(prompt.and_then(|p| p.get("program"))).is_empty() {
+                problem("no program".into());
+            }
+            if answer.and_then(|a| a.get("doesCompile")).and_then(|d| d.as_bool()).is_none() {
+                problem("no answer.doesCompile".into());
+            }
+            continue;
+        }
+        let prompt_text = text(prompt.and_then(|p| p.get("prompt")));
+        if prompt_text.is_empty() {
+            problem("no prompt".into());
+        }
+        if let Some(wording) = banned_wording(prompt_text) {
+            problem(format!("the prompt says {wording}"));
+        }
+        let answers: Vec<&str> = match answer.and_then(|a| a.get("answer")) {
+            Some(serde_json::Value::Array(all)) => all.iter().map(|a| text(Some(a))).collect(),
+            one => vec![text(one)],
+        };
+        if answers.iter().any(|a| a.is_empty()) {
+            problem("an empty answer".into());
+        }
+        if kind == "MultipleChoice" {
+            let distractors: Vec<&str> = prompt
+                .and_then(|p| p.get("distractors"))
+                .and_then(|d| d.as_array())
+                .map(|d| d.iter().map(|d| text(Some(d))).collect())
+                .unwrap_or_default();
+            if distractors.len() < 2 || distractors.iter().any(|d| d.is_empty()) {
+                problem(format!("{} distractors, expected at least 2, none empty", distractors.len()));
+            }
+            let mut options: Vec<&str> = answers.iter().chain(&distractors).copied().collect();
+            for option in &options {
+                if let Some(wording) = banned_wording(option) {
+                    problem(format!("the option \"{option}\" says {wording}"));
+                }
+            }
+            options.sort_unstable();
+            if options.windows(2).any(|pair| pair[0] == pair[1]) {
+                problem("two options are the same".into());
+            }
+        }
+    }
+    problems
+}
+
+/// Decodes HTML character references in one pass: `&amp;`, `&lt;`, `&gt;`, `&quot;`, `&apos;`
+/// and numeric ones (`&#92;`, `&#x5C;`). Anything else is kept as it is.
+fn decode_character_references(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    let mut rest = s;
+    while let Some(amp) = rest.find('&') {
+        out.push_str(&rest[..amp]);
+        rest = &rest[amp..];
+        let reference = rest.find(';').filter(|&end| end <= 10).map(|end| &rest[1..end]);
+        let decoded = reference.and_then(|name| match name {
+            "amp" => Some('&'),
+            "lt" => Some('<'),
+            "gt" => Some('>'),
+            "quot" => Some('"'),
+            "apos" => Some('\''),
+            _ => {
+                let number = name.strip_prefix('#')?;
+                let code = match number.strip_prefix(['x', 'X']) {
+                    Some(hex) => u32::from_str_radix(hex, 16).ok()?,
+                    None => number.parse().ok()?,
+                };
+                char::from_u32(code)
+            }
+        });
+        match (decoded, reference) {
+            (Some(c), Some(name)) => {
+                out.push(c);
+                rest = &rest[name.len() + 2..];
+            }
+            _ => {
+                out.push('&');
+                rest = &rest[1..];
+            }
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
+/// "All of the above" (and its kin) as an option, or a question asking for the option that is
+/// NOT something: the wordings the book's quizzes do not use.
+fn banned_wording(text: &str) -> Option<&'static str> {
+    let lower = text.to_lowercase();
+    if lower.contains("all of the above") || lower.contains("none of the above") || lower.contains("both of the above") {
+        return Some("\"... of the above\"");
+    }
+    let words = |s: &str| s.split(|c: char| !c.is_alphanumeric()).filter(|w| !w.is_empty()).map(str::to_string).collect::<Vec<_>>();
+    if words(text).iter().any(|w| w == "NOT" || w == "EXCEPT") {
+        return Some("NOT or EXCEPT in capitals");
+    }
+    let asks_for_the_odd_one = lower.split(['.', '?', '!', ':']).any(|sentence| {
+        let sentence = words(sentence);
+        sentence.first().is_some_and(|w| w == "which")
+            && sentence.iter().any(|w| w == "not" || w == "except" || w == "false" || w == "incorrect")
+    });
+    asks_for_the_odd_one.then_some("\"which ... not\"")
+}
+
+#[cfg(test)]
+mod quiz_tests {
+    use super::*;
+
+    fn write(dir: &Path, name: &str, text: &str) {
+        let path = dir.join(name);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, text).unwrap();
+    }
+
+    fn question(id: &str) -> serde_json::Value {
+        serde_json::json!({
+            "id": id,
+            "type": "MultipleChoice",
+            "prompt": {"prompt": "What shape is X in \"the cat\" & <pad>?", "distractors": ["(8, 6)", "(7, 8)"]},
+            "answer": {"answer": "(6, 8)"},
+            "context": "One row per token."
+        })
+    }
+
+    fn quiz(prefix: &str, n: usize) -> serde_json::Value {
+        serde_json::json!({"questions": (1..=n).map(|i| question(&format!("{prefix}-{i}"))).collect::<Vec<_>>()})
+    }
+
+    /// A chapter page as mdbook-quiz leaves it: the placeholder, then its script and stylesheet.
+    fn page_with_quiz(quiz: &serde_json::Value) -> String {
+        let json = quiz
+            .to_string()
+            .replace('&', "&amp;")
+            .replace('"', "&quot;")
+            .replace('<', "&lt;")
+            .replace('>', "&gt;")
+            .replace('\\', "&#92;");
+        format!(
+            r#"<h2 id="check">Check your understanding</h2><div class="quiz-placeholder" data-quiz-name="&quot;ch01&quot;" data-quiz-questions="{json}"></div>
+
+<script type="text/javascript" src="quiz/quiz-embed.iife.js"></script><link rel="stylesheet" type="text/css" href="quiz/style.css">"#
+        )
+    }
+
+    fn good_book(src: &Path, html: &Path) {
+        for (n, name) in [("01", "ch01-embeddings"), ("02", "ch02-qkv")] {
+            write(src, &format!("{name}.md"), &format!("# T\n\ntext\n\n## Check your understanding\n\n{{{{#quiz quizzes/ch{n}.toml}}}}\n"));
+            write(src, &format!("quizzes/ch{n}.toml"), "[[questions]]\nid = \"a\"\ntype = \"ShortAnswer\"\ncontext = \"\"\"\nwhy\n\"\"\"\n");
+            write(html, &format!("{name}.html"), &page_with_quiz(&quiz(&format!("ch{n}"), 4)));
+        }
+        write(src, "introduction.md", "# Intro, no quiz\n");
+        write(html, "quiz/quiz-embed.iife.js", "");
+        write(html, "quiz/style.css", "");
+    }
+
+    #[test]
+    fn a_book_whose_chapters_all_end_with_a_working_quiz_passes() {
+        let (src, html) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        good_book(src.path(), html.path());
+        assert_eq!(check_quizzes(src.path(), html.path()).unwrap(), Vec::<String>::new());
+    }
+
+    #[test]
+    fn missing_unexpanded_or_unlinked_quizzes_are_reported() {
+        let (src, html) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        good_book(src.path(), html.path());
+        // Chapter 3 has no quiz at all; chapter 2's directive is not the last line; a quiz file
+        // no chapter uses; chapter 1's question has no id.
+        write(src.path(), "ch03-scaling.md", "# Scaling\n\nno quiz here\n");
+        write(html.path(), "ch03-scaling.html", "<p>no quiz here</p>");
+        write(src.path(), "ch02-qkv.md", "{{#quiz quizzes/ch02.toml}}\n\nmore text\n");
+        write(src.path(), "quizzes/ch09.toml", "[[questions]]\nid = \"z\"\ncontext = \"z\"\n");
+        write(src.path(), "quizzes/ch01.toml", "[[questions]]\ntype = \"ShortAnswer\"\ncontext = \"why\"\n");
+        // Chapter 1's page lost its script, the book its quiz stylesheet; chapter 2's page was
+        // built without the preprocessor.
+        let ch01 = page_with_quiz(&quiz("ch01", 4)).replace(r#"<script type="text/javascript" src="quiz/quiz-embed.iife.js"></script>"#, "");
+        write(html.path(), "ch01-embeddings.html", &ch01);
+        write(html.path(), "ch02-qkv.html", "<p>{{#quiz quizzes/ch02.toml}}</p>");
+        std::fs::remove_file(html.path().join("quiz/style.css")).unwrap();
+        let problems = check_quizzes(src.path(), html.path()).unwrap().join("\n");
+        for expected in [
+            "ch03-scaling.md: does not end with its quiz, `{{#quiz quizzes/ch03.toml}}`",
+            "quizzes/ch03.toml: cannot read it",
+            "ch02-qkv.md: does not end with its quiz",
+            "quizzes/ch09.toml: no chapter includes it",
+            "quizzes/ch01.toml: question 1 has no `id`",
+            "ch01-embeddings.html: does not load mdbook-quiz's quiz/quiz-embed.iife.js",
+            "ch02-qkv.html: 0 quiz placeholders, expected 1",
+            "ch03-scaling.html: 0 quiz placeholders",
+            "ch01-embeddings.html: loads quiz/style.css, which is not in the built book",
+        ] {
+            assert!(problems.contains(expected), "expected {expected:?} in:\n{problems}");
+        }
+        assert_eq!(problems.lines().count(), 9, "{problems}");
+    }
+
+    #[test]
+    fn every_rule_for_questions_is_enforced() {
+        let mut ids = HashSet::new();
+        assert_eq!(quiz_problems(&quiz("a", 4), &mut ids), Vec::<String>::new());
+        assert!(quiz_problems(&quiz("a", 4), &mut ids).iter().all(|p| p.contains("is used twice in the book")));
+        assert_eq!(quiz_problems(&quiz("b", 3), &mut ids), ["3 questions, expected 4 to 6"]);
+        assert_eq!(quiz_problems(&quiz("c", 7), &mut ids), ["7 questions, expected 4 to 6"]);
+
+        let mut bad = quiz("d", 4);
+        let questions = bad["questions"].as_array_mut().unwrap();
+        questions[0]["context"] = "  ".into();
+        questions[1]["prompt"]["prompt"] = "Which of these is not a shape?".into();
+        questions[2]["prompt"]["distractors"] = serde_json::json!(["(6, 8)", "All of the above"]);
+        questions[3]["type"] = "Essay".into();
+        questions[3].as_object_mut().unwrap().remove("id");
+        let problems = quiz_problems(&bad, &mut ids).join("\n");
+        for expected in [
+            "question 1: no context explaining the answer",
+            "question 2: the prompt says \"which ... not\"",
+            "question 3: the option \"All of the above\" says \"... of the above\"",
+            "question 3: two options are the same",
+            "question 4: no id",
+            "question 4: type \"Essay\" is none of",
+        ] {
+            assert!(problems.contains(expected), "expected {expected:?} in:\n{problems}");
+        }
+        assert_eq!(problems.lines().count(), 6, "{problems}");
+    }
+
+    #[test]
+    fn character_references_are_decoded_once() {
+        assert_eq!(decode_character_references(r#"a&#92;&quot;b&quot; &amp;lt; &#x27;&lt;pad&gt;"#), r#"a\"b" &lt; '<pad>"#);
+        assert_eq!(decode_character_references("AT&T & &unknown; &#xZZ; &"), "AT&T & &unknown; &#xZZ; &");
+    }
+
+    #[test]
+    fn the_wording_rule_allows_not_in_ordinary_questions() {
+        assert_eq!(banned_wording("Why does the loop start at −∞ and not at 0?"), None);
+        assert_eq!(banned_wording("A mask where `True` = not allowed is passed on. What happens?"), None);
+        assert_eq!(banned_wording("Which keys may query i attend to?"), None);
+        assert!(banned_wording("Which statement is NOT true?").is_some());
+        assert!(banned_wording("Which of the following is false?").is_some());
+        assert!(banned_wording("All shapes EXCEPT one are right. Pick it.").is_some());
+    }
+
+    #[test]
+    fn the_real_quizzes_follow_the_rules() {
+        // The committed quiz files, read as sources (the built pages are checked by
+        // `cargo xtask test`, which builds the book first).
+        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../book");
+        let chapters = chapter_pages(&src).unwrap();
+        assert!(chapters.len() >= 8, "{chapters:?}");
+        assert_eq!(check_quiz_sources(&src, &chapters).unwrap(), Vec::<String>::new());
     }
 }

@@ -15,10 +15,11 @@ struct Tool {
     version: &'static str,
 }
 
-const TOOLS: [Tool; 3] = [
+const TOOLS: [Tool; 4] = [
     Tool { krate: "mdbook", version: "0.5.4" },
     Tool { krate: "mdbook-katex", version: "0.10.0" },
     Tool { krate: "mdbook-linkcheck2", version: "0.13.0" },
+    Tool { krate: "mdbook-quiz", version: "0.5.0" },
 ];
 
 /// The install root; with no `HOME` at all (some CI sandboxes), the repository's own
@@ -76,5 +77,19 @@ mod tests {
         assert!(is_installed(listed, &TOOLS[0]));
         assert!(!is_installed(listed, &TOOLS[1]), "0.9.0 is not the pinned 0.10.0");
         assert!(!is_installed(listed, &TOOLS[2]), "not listed at all");
+    }
+
+    #[test]
+    fn every_book_tool_is_pinned_once_and_quiz_is_among_them() {
+        let listed = "mdbook-quiz v0.5.0:\n    mdbook-quiz\nmdbook-quiz-schema v0.5.0:\n";
+        let quiz = TOOLS.iter().find(|t| t.krate == "mdbook-quiz").expect("mdbook-quiz is pinned");
+        assert!(is_installed(listed, quiz));
+        assert!(!is_installed("mdbook-quiz v0.4.0:\n    mdbook-quiz\n", quiz), "0.4.0 is not the pinned 0.5.0");
+        assert!(!is_installed("mdbook-quiz-schema v0.5.0:\n", quiz), "a longer crate name is another crate");
+        let mut names: Vec<&str> = TOOLS.iter().map(|t| t.krate).collect();
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), TOOLS.len(), "a tool is listed twice");
+        assert!(TOOLS.iter().all(|t| t.version.split('.').count() == 3), "exact versions only");
     }
 }
