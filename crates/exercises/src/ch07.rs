@@ -32,8 +32,11 @@ pub fn decoder_mask(valid_lengths: &[usize], len: usize) -> Result<Mask> {
 // ANCHOR: one_token_at_a_time
 /// Causal attention computed the way a decoder generates text: token `t`'s output from its
 /// query and the keys and values of tokens `0..=t` only (what a KV cache holds), one token
-/// after the other. It is `sdpa(q, k, v, Some(&Mask::causal(L)))` computed another way: bit
-/// for bit the same below 8 tokens, within a few units in the last place from 8 on.
+/// after the other. It is `sdpa(q, k, v, Some(&Mask::causal(L)))` computed another way, and
+/// must be: a masked key adds `exp(−∞) = 0` to the softmax sum and `0·vⱼ` to the output, and
+/// adding an exact 0 changes nothing. Only the order of the softmax sum differs: ndarray adds
+/// up 8 or more numbers in 8 interleaved partial sums, fewer from left to right. So the two
+/// agree bit for bit below 8 tokens, and to a few units in the last place from 8 on.
 ///
 /// ```
 /// use exercises::ch07::one_token_at_a_time;

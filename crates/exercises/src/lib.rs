@@ -10,8 +10,9 @@
 //! cargo test -p exercises sliding_window -- --ignored    # one exercise
 //! ```
 //!
-//! The tests of your attempts are marked `#[ignore]`, so that `cargo test --workspace` passes
-//! while the stubs are untouched; `-- --ignored` runs them, and only them. Each runs the
+//! The attempts are compiled for tests only, and their tests are marked `#[ignore]`, so that
+//! `cargo test --workspace` passes while the stubs are untouched; `-- --ignored` runs them,
+//! and only them. Each runs the
 //! chapter's check on your function, for example [`ch04::check_sliding_window`]: it tries the
 //! function on a list of cases and fails on the first one it gets wrong, saying what went in,
 //! what came back and what was expected.
