@@ -171,7 +171,9 @@ pub fn check_weighted_average(
                 for (row, &w) in m.rows().into_iter().zip(&w) {
                     expected.scaled_add(w, &row);
                 }
-                close(&what, &got, &expected, 1e-12)?;
+                // One-hot weights pick a row exactly; other sums round.
+                let one_hot = w.iter().all(|&w| w == 0.0 || w == 1.0);
+                close(&what, &got, &expected, if one_hot { 0.0 } else { 1e-12 })?;
             }
             got => {
                 let got = got.map(|average| average.to_vec());
@@ -250,6 +252,14 @@ mod tests {
     #[test]
     fn weighted_average_passes_and_classic_mistakes_fail() {
         assert_eq!(check_weighted_average(weighted_average), Ok(()));
+        // Another correct answer: the weights as a row vector times the memory.
+        let product = |memory: &Array2<f64>, weights: &[f64]| {
+            let ok = weights.len() == memory.nrows()
+                && weights.iter().all(|&w| w >= 0.0)
+                && (weights.iter().sum::<f64>() - 1.0).abs() <= 1e-9;
+            ok.then(|| Array1::from(weights.to_vec()).dot(memory))
+        };
+        assert_eq!(check_weighted_average(product), Ok(()));
         let average = |memory: &Array2<f64>, weights: &[f64]| {
             let mut sum = Array1::zeros(memory.ncols());
             for (row, &w) in memory.rows().into_iter().zip(weights) {

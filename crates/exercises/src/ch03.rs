@@ -66,7 +66,8 @@ pub fn gap_for_weight(p: f64) -> f64 {
 
 /// Checks an answer to exercise 3.1 ([`scale_for`]): dividing sampled scores by it must give
 /// them a variance within 0.1 of 1, for three choices of `(d_k, σ_q, σ_k)`; and it must equal
-/// `√d_k·σ_q·σ_k` to 12 significant digits for those and a few more.
+/// `√d_k·σ_q·σ_k` for those and a few more (within `1e-15`, or `1e-11` where `σ_q·σ_k`
+/// rounds).
 ///
 /// ```
 /// use exercises::ch03::{check_scale_for, scale_for};
@@ -91,13 +92,19 @@ pub fn check_scale_for(scale_for: impl Fn(usize, f64, f64) -> f64) -> Result<(),
             ));
         }
     }
-    for (d_k, sigma_q, sigma_k) in
-        [(64, 1.0, 1.0), (64, 2.0, 0.5), (16, 2.0, 1.0), (2, 1.0, 1.0), (10, 0.3, 7.0)]
-    {
+    // Exact inputs give √d_k·σ_q·σ_k to the last bit or so; 0.3·7 is not exact, and
+    // √(d_k·σ_q²·σ_k²) rounds differently from √d_k·σ_q·σ_k there: 12 digits.
+    for (d_k, sigma_q, sigma_k, tolerance) in [
+        (64, 1.0, 1.0, 1e-15),
+        (64, 2.0, 0.5, 1e-15),
+        (16, 2.0, 1.0, 1e-15),
+        (2, 1.0, 1.0, 1e-15),
+        (10, 0.3, 7.0, 1e-11),
+    ] {
         let what = format!("scale_for({d_k}, {sigma_q}, {sigma_k})");
         let got = call(&what, || scale_for(d_k, sigma_q, sigma_k))?;
         let expected = (d_k as f64).sqrt() * sigma_q * sigma_k;
-        if !within(got, expected, 1e-12 * expected) {
+        if !within(got, expected, tolerance) {
             return Err(format!(
                 "{what} returned {got}, expected √{d_k}·{sigma_q}·{sigma_k} = {expected}"
             ));
@@ -175,6 +182,10 @@ mod tests {
     #[test]
     fn scale_for_passes_and_classic_mistakes_fail() {
         assert_eq!(check_scale_for(scale_for), Ok(()));
+        // Another correct answer: the root of the variance.
+        let root_of_variance =
+            |d_k: usize, sq: f64, sk: f64| (d_k as f64 * sq * sq * sk * sk).sqrt();
+        assert_eq!(check_scale_for(root_of_variance), Ok(()));
         // Dividing by d_k: variance 1/d_k.
         rejects(check_scale_for(|d_k, sq, sk| d_k as f64 * sq * sk), "scale_for(16, 1, 1)");
         // Keeping the usual √d_k whatever the spreads.
@@ -190,6 +201,9 @@ mod tests {
     #[test]
     fn perplexity_passes_and_classic_mistakes_fail() {
         assert_eq!(check_perplexity(perplexity), Ok(()));
+        // Another correct answer: e^H = Π pᵢ^(−pᵢ), with 0⁰ = 1.
+        let product = |p: &Array1<f64>| p.iter().map(|&w| w.powf(-w)).product::<f64>();
+        assert_eq!(check_perplexity(product), Ok(()));
         let lopsided = perplexity(&array![0.9, 0.05, 0.05]);
         assert!(lopsided > 1.0 && lopsided < 2.0, "{lopsided}");
         // The numbers in the doc comment.
@@ -217,6 +231,8 @@ mod tests {
     #[test]
     fn gap_for_weight_passes_and_classic_mistakes_fail() {
         assert_eq!(check_gap_for_weight(gap_for_weight), Ok(()));
+        // Another correct answer: the difference of the logs.
+        assert_eq!(check_gap_for_weight(|p| p.ln() - (1.0 - p).ln()), Ok(()));
         let sd = (2.0 * 512.0f64).sqrt();
         assert_eq!(sd, 32.0);
         assert!((sd / gap_for_weight(0.99) - 7.0).abs() < 0.1); // "seven times that"

@@ -214,6 +214,14 @@ mod tests {
         fn refuse(t: f64) {
             assert!(t > 0.0, "the temperature must be positive, got {t}");
         }
+        // Another correct answer: stable, with the maximum subtracted by hand.
+        let by_hand = |x: &ArrayRef1<f64>, t: f64| {
+            refuse(t);
+            let m = x.fold(f64::NEG_INFINITY, |a, &b| a.max(b));
+            let e = x.mapv(|v| ((v - m) / t).exp());
+            &e / e.sum()
+        };
+        assert_eq!(check_softmax_temperature(by_hand), Ok(()));
         // x·T: the temperature upside down.
         let times_t = |x: &ArrayRef1<f64>, t: f64| {
             refuse(t);
@@ -263,6 +271,9 @@ mod tests {
             let column = p.view().insert_axis(ndarray::Axis(1));
             column.dot(&column.t())
         };
+        // Another correct answer: diag(p) − p·pᵀ as matrices.
+        let matrices = |p: &ArrayRef1<f64>| Array2::from_diag(&p.to_owned()) - outer(p);
+        assert_eq!(check_softmax_jacobian(matrices), Ok(()));
         // Each weight on its own, pᵢ(1 − pᵢ): the off-diagonal −pᵢpⱼ forgotten.
         let diagonal = |p: &ArrayRef1<f64>| Array2::from_diag(&p.mapv(|w| w * (1.0 - w)));
         rejects(check_softmax_jacobian(diagonal), "(vs finite differences)");

@@ -311,7 +311,7 @@ mod tests {
         };
         rejects(
             check_head_columns(index_unchecked),
-            "(6, 6) panicked: Slice end 8 is past end",
+            "head_columns(w, 3, 3) for a w: (6, 6) panicked",
         );
     }
 

@@ -337,6 +337,17 @@ mod tests {
     #[test]
     fn one_token_at_a_time_passes_and_classic_mistakes_fail() {
         assert_eq!(check_one_token_at_a_time(one_token_at_a_time), Ok(()));
+        // Another correct answer: a one-row sdpa per token instead of single_query.
+        let one_row = |q: &ArrayRef2<f64>, k: &ArrayRef2<f64>, v: &ArrayRef2<f64>| {
+            let mut out = Array2::zeros((q.nrows(), v.ncols()));
+            for t in 0..q.nrows() {
+                let (query, seen) = (s![t..=t, ..], s![..=t, ..]);
+                let att = sdpa(&q.slice(query), &k.slice(seen), &v.slice(seen), None)?;
+                out.row_mut(t).assign(&att.output.row(0));
+            }
+            Ok(out)
+        };
+        assert_eq!(check_one_token_at_a_time(one_row), Ok(()));
         let (q, k, v) = (arr2(&nb004::Q), arr2(&nb004::K), arr2(&nb004::V));
         let unmasked = sdpa(&q, &k, &v, None).unwrap().output;
         let out = one_token_at_a_time(&q, &k, &v).unwrap();

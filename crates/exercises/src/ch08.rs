@@ -259,6 +259,13 @@ mod tests {
     #[test]
     fn push_score_passes_and_classic_mistakes_fail() {
         assert_eq!(check_push_score(push_score), Ok(()));
+        // Another correct answer: the crate's own update.
+        let crate_push = |max: f64, sum: f64, x: f64| {
+            let mut run = Running { max, sum };
+            run.push(x);
+            (run.max, run.sum)
+        };
+        assert_eq!(check_push_score(crate_push), Ok(()));
         // A new maximum, and the old terms left as they were: the classic.
         let no_rescale = |max: f64, sum: f64, x: f64| {
             if x > max { (x, sum + 1.0) } else { (max, sum + (x - max).exp()) }
@@ -325,6 +332,17 @@ mod tests {
     #[test]
     fn causal_tiles_visited_passes_and_classic_mistakes_fail() {
         assert_eq!(check_causal_tiles_visited(causal_tiles_visited), Ok(()));
+        // Another correct answer: walk the tiles of each block until one starts after its
+        // last query.
+        let walk = |l: usize, block_q: usize, tile_k: usize| {
+            let mut n = 0;
+            for i0 in (0..l).step_by(block_q) {
+                let last = (i0 + block_q).min(l) - 1;
+                n += (0..l).step_by(tile_k).take_while(|&j0| j0 <= last).count();
+            }
+            n
+        };
+        assert_eq!(check_causal_tiles_visited(walk), Ok(()));
         // n blocks of square tiles: n(n + 1)/2, about half of n².
         assert_eq!(causal_tiles_visited(4096, 128, 128), 32 * 33 / 2);
 
