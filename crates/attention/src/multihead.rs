@@ -274,6 +274,7 @@ impl<A: Float> MultiHeadAttention<A> {
     /// `k` and `v: (..., L_k, d_model)` are split into heads, attended head by head (scaled
     /// by `√d_head`) and merged back: `(..., L_q, d_model)`, with the weights
     /// `(..., heads, L_q, L_k)`.
+    #[allow(clippy::type_complexity)] // a pair of arrays: the merged heads and the weights
     // ANCHOR: multihead_forward
     fn attend_heads<D>(
         &self,
