@@ -1,5 +1,6 @@
-//! Scaled dot-product attention, the formula the chapters build up to (chapters *Softmax*
-//! and *The complete layer*).
+//! Scaled dot-product attention, the formula the chapters build up to: [`single_query`] in
+//! chapter *Input embeddings*, [`sdpa`] at the end of chapter *Softmax*, [`sdpa_batched`] in
+//! chapter *Multi-head attention*.
 //!
 //! `Attention(Q, K, V) = softmax(Q·Kᵀ / √d_k + M) · V`
 //!

@@ -1,5 +1,6 @@
-//! Self-attention, chapter *The complete layer*: queries, keys and values projected from the
-//! same tokens.
+//! Self-attention, chapter *Queries, keys and values*: queries, keys and values projected from
+//! the same tokens (and, in chapter *The complete layer*, cross-attention: queries from one
+//! sequence, keys and values from another).
 //!
 //! `Q = X·W_Q`, `K = X·W_K`, `V = X·W_V`, then [`sdpa`]. With `X: (L, d_model)`,
 //! `W_Q, W_K: (d_model, d_k)` and `W_V: (d_model, d_v)`, the output is `(L, d_v)`.
