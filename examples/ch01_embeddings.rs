@@ -131,7 +131,7 @@ pub fn render_figures(out_dir: &Path) -> Result<Vec<PathBuf>, Box<dyn Error>> {
         .save(&weights)?;
 
     let text = out_dir.join("ch01_output.txt");
-    std::fs::write(&text, report()?)?;
+    std::fs::write(&text, common::wrap_wide_rows(&report()?))?;
     Ok(vec![table, dot_products, weights, text])
 }
 

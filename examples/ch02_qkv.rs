@@ -80,7 +80,7 @@ fn report() -> Result<String, Box<dyn Error>> {
     // Notebook 001's shapes: W is (context_len, context_len) = (6, 6) for X: (6, 3).
     let nb001_w = Linear::new(Array2::<f64>::zeros((6, 6)))?;
     let err = nb001_w.apply(&Array2::<f64>::zeros((6, 3))).unwrap_err();
-    writeln!(out, "\nnotebook 001's (context_len, context_len) weight on X: (6, 3): {err}")?;
+    writeln!(out, "\nnotebook 001's (context_len, context_len) weight on X: (6, 3):\n  {err}")?;
     Ok(out)
 }
 

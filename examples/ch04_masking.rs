@@ -154,7 +154,7 @@ pub fn render_figures(out_dir: &Path) -> Result<Vec<PathBuf>, Box<dyn Error>> {
         .save(&padded)?;
 
     let text = out_dir.join("ch04_output.txt");
-    std::fs::write(&text, report()?)?;
+    std::fs::write(&text, common::wrap_wide_rows(&report()?))?;
     Ok(vec![both, padded, text])
 }
 

@@ -158,7 +158,7 @@ pub fn render_figures(out_dir: &Path) -> Result<Vec<PathBuf>, Box<dyn Error>> {
     run_multihead_tool(tempfile::tempdir()?.path(), Some(&tool_png))?;
 
     let text = out_dir.join("ch07_output.txt");
-    std::fs::write(&text, report()?)?;
+    std::fs::write(&text, common::wrap_wide_rows(&report()?))?;
     Ok(vec![scores_png, cross_png, tool_png, text])
 }
 

@@ -13,21 +13,25 @@ use proptest::prelude::*;
 use rand::{SeedableRng, rngs::StdRng};
 
 /// A `(rows, cols)` matrix with entries in `-range..range`.
+// ANCHOR: helpers
 fn matrix(rows: usize, cols: usize, range: f64) -> impl Strategy<Value = Array2<f64>> {
     prop::collection::vec(-range..range, rows * cols)
         .prop_map(move |data| Array2::from_shape_vec((rows, cols), data).unwrap())
 }
 
+// ANCHOR_END: helpers
 /// A boolean `(rows, cols)` matrix.
 fn bool_matrix(rows: usize, cols: usize) -> impl Strategy<Value = Array2<bool>> {
     prop::collection::vec(any::<bool>(), rows * cols)
         .prop_map(move |data| Array2::from_shape_vec((rows, cols), data).unwrap())
 }
 
+// ANCHOR: helpers
 fn max_diff<D: Dimension>(a: &ArrayRef<f64, D>, b: &ArrayRef<f64, D>) -> f64 {
     assert_eq!(a.shape(), b.shape());
     a.iter().zip(b.iter()).map(|(x, y)| (x - y).abs()).fold(0.0, f64::max)
 }
+// ANCHOR_END: helpers
 
 /// `(L_q, L_k, d_k, d_v)` with every size from 1 to 8.
 fn sizes() -> impl Strategy<Value = (usize, usize, usize, usize)> {
@@ -100,9 +104,9 @@ proptest! {
         prop_assert!(max_diff(&out.select(Axis(0), &perm), &out_permuted) < 1e-12);
     }
 
-    // ANCHOR: causal_future
     /// With a causal mask, changing the tokens after position t leaves outputs 0..=t unchanged
     /// (for multi-head attention, so the heads and W_O are covered too).
+    // ANCHOR: causal_future
     #[test]
     fn causal_outputs_ignore_the_future(
         (x, future, t, seed) in (1..=8usize, 1..=3usize).prop_flat_map(|(l, heads)| {
@@ -130,8 +134,8 @@ proptest! {
     }
     // ANCHOR_END: causal_future
 
-    // ANCHOR: one_head
     /// Multi-head attention with one head is single-head self-attention followed by W_O.
+    // ANCHOR: one_head
     #[test]
     fn one_head_is_self_attention(
         (x, w_q, w_k, w_v, w_o, causal) in (1..=8usize, 1..=6usize).prop_flat_map(|(l, d)| {
@@ -150,8 +154,8 @@ proptest! {
     }
     // ANCHOR_END: one_head
 
-    // ANCHOR: loop_vs_reshape
     /// The explicit loop over heads and the reshape version agree.
+    // ANCHOR: loop_vs_reshape
     #[test]
     fn per_head_loop_agrees_with_reshape(
         (x, heads, seed) in (1..=8usize, 1..=4usize, 1..=3usize)

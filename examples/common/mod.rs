@@ -120,3 +120,53 @@ pub fn render_into(dir: &Path, render: Render) -> Result<(), Box<dyn std::error:
     }
     Ok(())
 }
+
+/// The widest line the book's code column shows (the crates' `rustfmt.toml` use the same).
+pub const MAX_COLUMNS: usize = 95;
+
+/// `text` with every line wider than [`MAX_COLUMNS`] that holds a bracketed list (a printed
+/// vector, or a row of a printed matrix) broken into as few lines of equally many items as
+/// fit, the continuation lines aligned under the first item, as NumPy wraps wide rows. Other
+/// lines are left as they are.
+#[allow(dead_code)] // only the examples whose reports hold wide rows call it
+pub fn wrap_wide_rows(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for line in text.split_inclusive('\n') {
+        let (body, newline) = match line.strip_suffix('\n') {
+            Some(body) => (body, "\n"),
+            None => (line, ""),
+        };
+        out.push_str(&wrap_row(body));
+        out.push_str(newline);
+    }
+    out
+}
+
+#[allow(dead_code)]
+fn wrap_row(line: &str) -> String {
+    let width = |s: &str| s.chars().count();
+    let Some(open) = line.find('[') else { return line.to_string() };
+    if width(line) <= MAX_COLUMNS {
+        return line.to_string();
+    }
+    let start = open + line[open..].len() - line[open..].trim_start_matches('[').len();
+    let (prefix, items) = (&line[..start], line[start..].split(", ").collect::<Vec<_>>());
+    let indent = " ".repeat(width(prefix));
+    for lines in 2..=items.len() {
+        let per_line = items.len().div_ceil(lines);
+        let chunks: Vec<String> = items.chunks(per_line).map(|chunk| chunk.join(", ")).collect();
+        let wrapped: Vec<String> = chunks
+            .iter()
+            .enumerate()
+            .map(|(i, chunk)| {
+                let lead = if i == 0 { prefix } else { indent.as_str() };
+                let comma = if i + 1 < chunks.len() { "," } else { "" };
+                format!("{lead}{chunk}{comma}")
+            })
+            .collect();
+        if wrapped.iter().all(|l| width(l) <= MAX_COLUMNS) {
+            return wrapped.join("\n");
+        }
+    }
+    line.to_string()
+}

@@ -1,4 +1,6 @@
 //! Matrix products over leading (batch, head) axes (not part of the public API).
+//!
+//! Anchor (below the doc comment): `matmul`, chapter *Multi-head attention*.
 
 use ndarray::{Array, Array3, ArrayRef, Dimension, IxDyn};
 
@@ -7,6 +9,7 @@ use crate::float::Float;
 /// `a · b` (or `a · bᵀ` when `transpose_b`) for every matrix of the stacks
 /// `a: (..., m, n)` and `b: (..., n, p)` (or `(..., p, n)`), which share their leading axes.
 /// The shapes must have been checked.
+// ANCHOR: matmul
 pub(crate) fn matmul<A: Float, D: Dimension>(
     a: &ArrayRef<A, D>,
     b: &ArrayRef<A, D>,
@@ -37,3 +40,4 @@ pub(crate) fn matmul<A: Float, D: Dimension>(
         .into_dimensionality::<D>()
         .expect("same number of axes as the inputs")
 }
+// ANCHOR_END: matmul

@@ -4,7 +4,8 @@
 //! rows of `X`. Row `i` of `X` is the embedding of the `i`-th token of the sentence, so a
 //! sentence of `L` tokens becomes an `(L, d_model)` matrix.
 //!
-//! Anchors: `vocabulary_encode`, `embedding_lookup`, `the_cat_sat`.
+//! Anchors: `vocabulary`, `embedding_lookup`, `the_cat_sat`, `random_matrix`. They sit below
+//! the doc comments, so the book shows the code and the doctests stay here.
 
 use std::collections::HashMap;
 
@@ -27,12 +28,14 @@ use crate::notebooks;
 /// assert_eq!(vocab.encode("is my name").unwrap(), vec![2, 0, 1]);
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
+// ANCHOR: vocabulary
 pub struct Vocabulary {
     words: Vec<String>,
     ids: HashMap<String, usize>,
 }
 
 impl Vocabulary {
+    // ANCHOR_END: vocabulary
     /// A vocabulary of the given words, in order; a repeated word keeps its first id.
     ///
     /// ```
@@ -41,6 +44,7 @@ impl Vocabulary {
     /// let vocab = Vocabulary::new(["the", "cat", "the", "mat"]);
     /// assert_eq!(vocab.words(), ["the", "cat", "mat"]);
     /// ```
+    // ANCHOR: vocabulary
     pub fn new<I, S>(words: I) -> Self
     where
         I: IntoIterator<Item = S>,
@@ -57,6 +61,7 @@ impl Vocabulary {
         vocab
     }
 
+    // ANCHOR_END: vocabulary
     /// The words of a sentence, split on whitespace, in order of first appearance.
     ///
     /// ```
@@ -65,10 +70,12 @@ impl Vocabulary {
     /// let vocab = Vocabulary::from_sentence("The cat sat");
     /// assert_eq!(vocab.id("cat"), Some(1));
     /// ```
+    // ANCHOR: vocabulary
     pub fn from_sentence(sentence: &str) -> Self {
         Vocabulary::new(sentence.split_whitespace())
     }
 
+    // ANCHOR_END: vocabulary
     /// The token id of a word, if it is in the vocabulary (the match is case-sensitive).
     ///
     /// ```
@@ -78,10 +85,12 @@ impl Vocabulary {
     /// assert_eq!(vocab.id("sat"), Some(2));
     /// assert_eq!(vocab.id("the"), None);
     /// ```
+    // ANCHOR: vocabulary
     pub fn id(&self, word: &str) -> Option<usize> {
         self.ids.get(word).copied()
     }
 
+    // ANCHOR_END: vocabulary
     /// The word with a given token id.
     ///
     /// ```
@@ -128,7 +137,6 @@ impl Vocabulary {
         self.words.is_empty()
     }
 
-    // ANCHOR: vocabulary_encode
     /// Splits a sentence on whitespace and maps every word to its token id.
     ///
     /// Fails with [`AttentionError::UnknownWord`] on a word the vocabulary does not have.
@@ -143,6 +151,7 @@ impl Vocabulary {
     ///     "the word \"dog\" is not in the vocabulary"
     /// );
     /// ```
+    // ANCHOR: vocabulary
     pub fn encode(&self, sentence: &str) -> Result<Vec<usize>> {
         sentence
             .split_whitespace()
@@ -151,8 +160,8 @@ impl Vocabulary {
             })
             .collect()
     }
-    // ANCHOR_END: vocabulary_encode
 }
+// ANCHOR_END: vocabulary
 
 /// A lookup table with one row of length `d_model` per token id: shape
 /// `(vocab_size, d_model)`.
@@ -166,11 +175,13 @@ impl Vocabulary {
 /// assert_eq!(x, array![[0.0, 1.0], [0.0, 1.0], [1.0, 0.0]]);
 /// ```
 #[derive(Debug, Clone, PartialEq)]
+// ANCHOR: embedding_lookup
 pub struct EmbeddingTable<A> {
     table: Array2<A>,
 }
 
 impl<A: Float> EmbeddingTable<A> {
+    // ANCHOR_END: embedding_lookup
     /// A table from a hand-written matrix `(vocab_size, d_model)`; neither may be 0.
     ///
     /// ```
@@ -252,7 +263,6 @@ impl<A: Float> EmbeddingTable<A> {
         self.table.ncols()
     }
 
-    // ANCHOR: embedding_lookup
     /// Stacks the rows of the given token ids: `X: (L, d_model)` with `L = ids.len()`.
     ///
     /// Fails on an empty sentence and on an id past the end of the table.
@@ -266,20 +276,21 @@ impl<A: Float> EmbeddingTable<A> {
     /// assert!(table.lookup(&[3]).is_err());
     /// assert!(table.lookup(&[]).is_err());
     /// ```
+    // ANCHOR: embedding_lookup
     pub fn lookup(&self, ids: &[usize]) -> Result<Array2<A>> {
         if ids.is_empty() {
             return Err(AttentionError::Empty { what: "sentence".into(), dim: "L" });
         }
-        if let Some(&id) = ids.iter().find(|&&id| id >= self.vocab_size()) {
-            return Err(AttentionError::TokenId { id, size: self.vocab_size() });
+        let size = self.table.nrows(); // the vocabulary size: ids 0..size have a row
+        if let Some(&id) = ids.iter().find(|&&id| id >= size) {
+            return Err(AttentionError::TokenId { id, size });
         }
         Ok(self.table.select(Axis(0), ids))
     }
-    // ANCHOR_END: embedding_lookup
 }
+// ANCHOR_END: embedding_lookup
 
 impl EmbeddingTable<f64> {
-    // ANCHOR: the_cat_sat
     /// Notebook 000's hand-made example: the sentence "The cat sat" and its 3×4 table.
     ///
     /// ```
@@ -289,6 +300,7 @@ impl EmbeddingTable<f64> {
     /// let x = table.lookup(&vocab.encode("The cat sat").unwrap()).unwrap();
     /// assert_eq!(x, table.table());
     /// ```
+    // ANCHOR: the_cat_sat
     pub fn the_cat_sat() -> (Vocabulary, EmbeddingTable<f64>) {
         let vocab = Vocabulary::from_sentence(notebooks::nb000::SENTENCE);
         let table = EmbeddingTable { table: ndarray::arr2(&notebooks::nb000::X) };
@@ -299,6 +311,7 @@ impl EmbeddingTable<f64> {
 
 /// A `(rows, cols)` matrix of standard-normal samples times `scale`, drawn as `f64` from
 /// `rng` and rounded to `A` (shared by the seeded constructors of the crate).
+// ANCHOR: random_matrix
 pub(crate) fn random_matrix<A: Float, R: Rng + ?Sized>(
     rows: usize,
     cols: usize,
@@ -308,3 +321,4 @@ pub(crate) fn random_matrix<A: Float, R: Rng + ?Sized>(
     Array2::<f64>::random_using((rows, cols), StandardNormal, rng)
         .mapv(|x| A::from_f64_lossy(x * scale))
 }
+// ANCHOR_END: random_matrix

@@ -4,6 +4,8 @@
 //! `Result<_, AttentionError>` instead of letting ndarray panic. The messages name the
 //! operands and their shapes in the book's notation, for example
 //! `q has d_k = 8 but k has d_k = 6`.
+//!
+//! Anchor (below the doc comments): `error_builders`, chapter *Queries, keys and values*.
 
 use thiserror::Error;
 
@@ -135,6 +137,7 @@ impl AttentionError {
     /// let e = AttentionError::mismatch("k", 5, "v", 4, "L_k");
     /// assert_eq!(e.to_string(), "k has L_k = 5 but v has L_k = 4");
     /// ```
+    // ANCHOR: error_builders
     pub fn mismatch(
         left: &str,
         left_size: usize,
@@ -151,6 +154,7 @@ impl AttentionError {
         }
     }
 
+    // ANCHOR_END: error_builders
     /// Builds a [`AttentionError::Shape`] from string slices.
     ///
     /// ```
@@ -158,6 +162,7 @@ impl AttentionError {
     /// let e = AttentionError::shape("x", &[4], "a shape (L, d_model) was expected");
     /// assert_eq!(e.to_string(), "x has shape [4] but a shape (L, d_model) was expected");
     /// ```
+    // ANCHOR: error_builders
     pub fn shape(what: &str, found: &[usize], expected: &str) -> Self {
         AttentionError::Shape {
             what: what.into(),
@@ -165,4 +170,5 @@ impl AttentionError {
             expected: expected.into(),
         }
     }
+    // ANCHOR_END: error_builders
 }

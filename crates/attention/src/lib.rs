@@ -12,8 +12,8 @@
 //! | Scores, scaling and variance | [`stats`] | [`entropy`](stats::entropy), [`softmax_jacobian`](stats::softmax_jacobian), [`measure_scaling`](stats::measure_scaling): what the size of the scores does to softmax |
 //! | Masking | [`mask`] | [`Mask`](mask::Mask): causal, padding, arbitrary; `true` = may attend |
 //! | Softmax | [`softmax`] | stable row softmax (and a naive one, to see it fail) |
-//! | Softmax, The complete layer | [`sdpa`] | [`sdpa`](sdpa::sdpa), [`single_query`](sdpa::single_query), [`sdpa_batched`](sdpa::sdpa_batched) |
-//! | The complete layer | [`self_attention`] | [`SelfAttention`](self_attention::SelfAttention): `W_Q`, `W_K`, `W_V` |
+//! | Input embeddings, Softmax, Multi-head attention | [`sdpa`] | [`single_query`](sdpa::single_query), [`sdpa`](sdpa::sdpa), [`sdpa_batched`](sdpa::sdpa_batched) |
+//! | Queries, keys and values, The complete layer | [`self_attention`] | [`SelfAttention`](self_attention::SelfAttention): `W_Q`, `W_K`, `W_V`; cross-attention |
 //! | Multi-head attention | [`multihead`] | [`MultiHeadAttention`](multihead::MultiHeadAttention), [`split_heads`](multihead::split_heads), [`merge_heads`](multihead::merge_heads) |
 //! | Attention at scale | [`tiled`] | [`online_softmax`](tiled::online_softmax), [`tiled_sdpa`](tiled::tiled_sdpa), [`tiled_sdpa_batched`](tiled::tiled_sdpa_batched): no `L_q × L_k` matrix |
 //!

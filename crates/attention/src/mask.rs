@@ -10,7 +10,7 @@
 //! A mask broadcasts against the scores like a NumPy array: an `(L_q, L_k)` mask applies to
 //! every matrix of a `(batch, L_q, L_k)` stack, a `(batch, 1, L_q, L_k)` mask to every head.
 //!
-//! Anchors: `causal`, `padding`, `apply_mask`, `to_additive`.
+//! Anchors (below the doc comments): `mask`, `padding`, `apply_mask`, `to_additive`.
 
 use ndarray::{Array, Array2, Array3, ArrayD, ArrayViewD, Axis, Dimension, IxDyn, Zip};
 
@@ -27,12 +27,36 @@ use crate::float::Float;
 /// assert!(!causal.allows(&[0, 2]));  // token 0 does not see token 2
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
+// ANCHOR: mask
 pub struct Mask {
     allowed: ArrayD<bool>,
 }
 
 impl Mask {
-    // ANCHOR: causal
+    // ANCHOR_END: mask
+    /// A mask from any boolean array with at least two axes, `(..., L_q, L_k)`.
+    ///
+    /// ```
+    /// use attention::mask::Mask;
+    /// use ndarray::{array, Array1};
+    ///
+    /// let m = Mask::from_array(array![[true, false], [false, true]]).unwrap();
+    /// assert!(m.allows(&[1, 1]));
+    /// assert!(Mask::from_array(Array1::from_elem(3, true)).is_err());
+    /// ```
+    // ANCHOR: mask
+    pub fn from_array<D: Dimension>(allowed: Array<bool, D>) -> Result<Mask> {
+        if allowed.ndim() < 2 {
+            return Err(AttentionError::shape(
+                "mask",
+                allowed.shape(),
+                "a shape (..., L_q, L_k) was expected",
+            ));
+        }
+        Ok(Mask { allowed: allowed.into_dyn() })
+    }
+
+    // ANCHOR_END: mask
     /// The causal mask for a sequence of `len` tokens: query `i` may attend to key `j` iff
     /// `j ≤ i` (a lower triangle, PyTorch's `is_causal=True`).
     ///
@@ -45,10 +69,12 @@ impl Mask {
     ///     array![[true, false, false], [true, true, false], [true, true, true]].into_dyn()
     /// );
     /// ```
+    // ANCHOR: mask
     pub fn causal(len: usize) -> Mask {
         Mask::causal_rect(len, len)
     }
 
+    // ANCHOR_END: mask
     /// The causal mask for `L_q` queries and `L_k` keys: key `j` visible to query `i` iff
     /// `j ≤ i`, aligned at the top left like PyTorch's `is_causal=True`.
     ///
@@ -59,13 +85,15 @@ impl Mask {
     /// assert_eq!(m.shape(), &[2, 3]);
     /// assert!(m.allows(&[1, 1]) && !m.allows(&[1, 2]));
     /// ```
+    // ANCHOR: mask
     pub fn causal_rect(l_q: usize, l_k: usize) -> Mask {
         let allowed = Array2::from_shape_fn((l_q, l_k), |(i, j)| j <= i);
         Mask { allowed: allowed.into_dyn() }
     }
-    // ANCHOR_END: causal
+}
+// ANCHOR_END: mask
 
-    // ANCHOR: padding
+impl Mask {
     /// Padding masks for a batch of sequences padded to `L_k` keys: item `b` has
     /// `valid_lengths[b]` real tokens, and no query may attend to the padding after them.
     /// Shape `(batch, L_q, L_k)`.
@@ -81,6 +109,7 @@ impl Mask {
     /// assert!(!m.allows(&[1, 0, 1]));  // item 1 has only 1
     /// assert!(Mask::padding(&[4], 3, 3).is_err());
     /// ```
+    // ANCHOR: padding
     pub fn padding(valid_lengths: &[usize], l_q: usize, l_k: usize) -> Result<Mask> {
         for (item, &valid) in valid_lengths.iter().enumerate() {
             if valid > l_k {
@@ -93,27 +122,6 @@ impl Mask {
         Ok(Mask { allowed: allowed.into_dyn() })
     }
     // ANCHOR_END: padding
-
-    /// A mask from any boolean array with at least two axes, `(..., L_q, L_k)`.
-    ///
-    /// ```
-    /// use attention::mask::Mask;
-    /// use ndarray::{array, Array1};
-    ///
-    /// let m = Mask::from_array(array![[true, false], [false, true]]).unwrap();
-    /// assert!(m.allows(&[1, 1]));
-    /// assert!(Mask::from_array(Array1::from_elem(3, true)).is_err());
-    /// ```
-    pub fn from_array<D: Dimension>(allowed: Array<bool, D>) -> Result<Mask> {
-        if allowed.ndim() < 2 {
-            return Err(AttentionError::shape(
-                "mask",
-                allowed.shape(),
-                "a shape (..., L_q, L_k) was expected",
-            ));
-        }
-        Ok(Mask { allowed: allowed.into_dyn() })
-    }
 
     /// The mask to apply to multi-head weights `(batch, heads, L_q, L_k)`: a per-item mask
     /// `(batch, L_q, L_k)` (a padding mask, say) gets a heads axis, `(batch, 1, L_q, L_k)`,
@@ -196,7 +204,6 @@ impl Mask {
         self.allowed.view()
     }
 
-    // ANCHOR: to_additive
     /// The additive form: 0 where attending is allowed, −∞ where it is blocked. Adding it to
     /// the scores has the same effect as [`Mask::apply`].
     ///
@@ -206,12 +213,12 @@ impl Mask {
     /// let m = Mask::causal(2).to_additive::<f64>();
     /// assert_eq!(m.iter().copied().collect::<Vec<_>>(), [0.0, f64::NEG_INFINITY, 0.0, 0.0]);
     /// ```
+    // ANCHOR: to_additive
     pub fn to_additive<A: Float>(&self) -> ArrayD<A> {
         self.allowed.mapv(|ok| if ok { A::zero() } else { A::neg_infinity() })
     }
     // ANCHOR_END: to_additive
 
-    // ANCHOR: apply_mask
     /// Sets every blocked score to −∞, in place. The mask must broadcast to the scores' shape
     /// `(..., L_q, L_k)`.
     ///
@@ -224,11 +231,12 @@ impl Mask {
     /// assert_eq!(scores, array![[1.0, f64::NEG_INFINITY], [3.0, 4.0]]);
     /// assert!(Mask::causal(3).apply(&mut scores).is_err());
     /// ```
+    // ANCHOR: apply_mask
     pub fn apply<A: Float, D: Dimension>(&self, scores: &mut Array<A, D>) -> Result<()> {
         let allowed =
             self.allowed.broadcast(scores.raw_dim().into_dyn()).ok_or_else(|| {
                 AttentionError::MaskShape {
-                    mask: self.shape().to_vec(),
+                    mask: self.allowed.shape().to_vec(),
                     scores: scores.shape().to_vec(),
                 }
             })?;

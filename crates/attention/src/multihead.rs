@@ -21,7 +21,9 @@
 //! way (consecutive groups of `d_head` columns). Its returned weights are averaged over the
 //! heads unless `average_attn_weights=False`.
 //!
-//! Anchors: `head_width`, `split_heads`, `merge_heads`, `multihead_attend`, `per_head_loop`.
+//! Anchors (below the doc comments): `head_width`, `split_heads`, `merge_heads`,
+//! `multihead_struct`, `multihead_new`, `multihead_forward`, `per_head_loop` (chapter
+//! *Multi-head attention*) and `multihead_cross` (chapter *The complete layer*).
 
 use ndarray::{
     Array, Array2, Array3, ArrayRef, ArrayRef2, ArrayRef3, Axis, Dimension, Ix2, Ix3, IxDyn, s,
@@ -52,6 +54,7 @@ use crate::shapes::Operand;
 /// assert_eq!((output.dim(), weights.dim()), ((5, 8), (2, 5, 5)));
 /// ```
 #[derive(Debug, Clone, PartialEq)]
+// ANCHOR: multihead_struct
 pub struct MultiHeadOutput<A, D: Dimension> {
     /// `(…, L_q, d_model)`: the attended tokens after `W_O`.
     pub output: Array<A, D>,
@@ -59,7 +62,8 @@ pub struct MultiHeadOutput<A, D: Dimension> {
     pub weights: Array<A, D::Larger>,
 }
 
-// ANCHOR: head_width
+// ANCHOR_END: multihead_struct
+
 /// `d_model / heads`, or an error when `heads` is 0 or does not divide `d_model`.
 ///
 /// ```
@@ -71,6 +75,7 @@ pub struct MultiHeadOutput<A, D: Dimension> {
 ///     "heads = 4 does not divide d_model = 10"
 /// );
 /// ```
+// ANCHOR: head_width
 pub fn head_width(d_model: usize, heads: usize) -> Result<usize> {
     if heads == 0 || !d_model.is_multiple_of(heads) {
         return Err(AttentionError::Heads { heads, d_model });
@@ -79,7 +84,6 @@ pub fn head_width(d_model: usize, heads: usize) -> Result<usize> {
 }
 // ANCHOR_END: head_width
 
-// ANCHOR: split_heads
 /// Cuts the last axis into heads: `(..., L, d_model) → (..., heads, L, d_head)`.
 ///
 /// A reshape `(..., L, heads, d_head)` (head `h` owns columns `h·d_head .. (h+1)·d_head`)
@@ -94,6 +98,7 @@ pub fn head_width(d_model: usize, heads: usize) -> Result<usize> {
 /// let heads = split_heads(&x, 2).unwrap();          // (heads, L, d_head) = (2, 2, 2)
 /// assert_eq!(heads, array![[[1, 2], [5, 6]], [[3, 4], [7, 8]]]);
 /// ```
+// ANCHOR: split_heads
 pub fn split_heads<A: Clone, D: Dimension>(
     x: &ArrayRef<A, D>,
     heads: usize,
@@ -111,7 +116,6 @@ pub fn split_heads<A: Clone, D: Dimension>(
 }
 // ANCHOR_END: split_heads
 
-// ANCHOR: merge_heads
 /// Puts the heads back side by side: `(..., heads, L, d_head) → (..., L, heads·d_head)`,
 /// the inverse of [`split_heads`].
 ///
@@ -122,6 +126,7 @@ pub fn split_heads<A: Clone, D: Dimension>(
 /// let x = Array2::from_shape_fn((3, 6), |(i, j)| 10 * i + j);
 /// assert_eq!(merge_heads(&split_heads(&x, 3).unwrap()).unwrap(), x);
 /// ```
+// ANCHOR: merge_heads
 pub fn merge_heads<A: Clone, D: Dimension>(
     x: &ArrayRef<A, D>,
 ) -> Result<Array<A, D::Smaller>> {
@@ -155,13 +160,15 @@ pub fn merge_heads<A: Clone, D: Dimension>(
 /// assert_eq!(mha.parameter_count(), 4 * 512 * 512);
 /// ```
 #[derive(Debug, Clone, PartialEq)]
+// ANCHOR: multihead_struct
 pub struct MultiHeadAttention<A> {
-    w_q: Linear<A>,
-    w_k: Linear<A>,
-    w_v: Linear<A>,
-    w_o: Linear<A>,
+    w_q: Linear<A>, // (d_model, d_model): the queries of every head, side by side
+    w_k: Linear<A>, // (d_model, d_model)
+    w_v: Linear<A>, // (d_model, d_model)
+    w_o: Linear<A>, // (d_model, d_model): mixes the merged heads
     heads: usize,
 }
+// ANCHOR_END: multihead_struct
 
 impl<A: Float> MultiHeadAttention<A> {
     /// A layer from given `(d_model, d_model)` matrices, applied as `X · W`; `heads` must
@@ -180,6 +187,7 @@ impl<A: Float> MultiHeadAttention<A> {
     ///     MultiHeadAttention::new(eye.clone(), eye.clone(), eye.clone(), eye.clone(), 4);
     /// assert_eq!(err.unwrap_err().to_string(), "heads = 4 does not divide d_model = 6");
     /// ```
+    // ANCHOR: multihead_new
     pub fn new(
         w_q: Array2<A>,
         w_k: Array2<A>,
@@ -209,6 +217,8 @@ impl<A: Float> MultiHeadAttention<A> {
         })
     }
 
+    // ANCHOR_END: multihead_new
+
     /// A layer with seeded random weights (see [`Linear::random`]), drawn in the order
     /// `W_Q`, `W_K`, `W_V`, `W_O`.
     ///
@@ -220,6 +230,7 @@ impl<A: Float> MultiHeadAttention<A> {
     ///     MultiHeadAttention::<f64>::random(8, 3, &mut StdRng::seed_from_u64(0)).is_err()
     /// );
     /// ```
+    // ANCHOR: multihead_new
     pub fn random<R: Rng + ?Sized>(d_model: usize, heads: usize, rng: &mut R) -> Result<Self> {
         head_width(d_model, heads)?;
         let w_q = Linear::random(d_model, d_model, rng)?;
@@ -228,6 +239,7 @@ impl<A: Float> MultiHeadAttention<A> {
         let w_o = Linear::random(d_model, d_model, rng)?;
         Ok(MultiHeadAttention { w_q, w_k, w_v, w_o, heads })
     }
+    // ANCHOR_END: multihead_new
 
     /// Multi-head self-attention over `x: (L, d_model)`; the mask broadcasts to `(L, L)`
     /// (or to `(heads, L, L)`).
@@ -243,13 +255,45 @@ impl<A: Float> MultiHeadAttention<A> {
     /// let out = mha.forward(&x, Some(&Mask::causal(3))).unwrap();
     /// assert_eq!(out.weights[[1, 0, 0]], 1.0); // head 1, token 0 sees only itself
     /// ```
+    // ANCHOR: multihead_forward
     pub fn forward(
         &self,
         x: &ArrayRef2<A>,
         mask: Option<&Mask>,
     ) -> Result<MultiHeadOutput<A, Ix2>> {
-        self.attend(x, x, mask)
+        let q = self.w_q.apply(x)?; // (L, d_model): every head's queries, side by side
+        let k = self.w_k.apply(x)?;
+        let v = self.w_v.apply(x)?;
+        let (merged, weights) = self.attend_heads(&q, &k, &v, mask)?; // (L, d_model)
+        let output = self.w_o.apply(&merged)?;
+        Ok(MultiHeadOutput { output, weights })
     }
+
+    // ANCHOR_END: multihead_forward
+    /// The heads' part of every form of the layer. The projected `q: (..., L_q, d_model)`,
+    /// `k` and `v: (..., L_k, d_model)` are split into heads, attended head by head (scaled
+    /// by `√d_head`) and merged back: `(..., L_q, d_model)`, with the weights
+    /// `(..., heads, L_q, L_k)`.
+    #[allow(clippy::type_complexity)] // a pair of arrays: the merged heads and the weights
+    // ANCHOR: multihead_forward
+    fn attend_heads<D>(
+        &self,
+        q: &ArrayRef<A, D>,
+        k: &ArrayRef<A, D>,
+        v: &ArrayRef<A, D>,
+        mask: Option<&Mask>,
+    ) -> Result<(Array<A, D>, Array<A, D::Larger>)>
+    where
+        D: Dimension,
+        D::Larger: Dimension<Smaller = D>,
+    {
+        let q = split_heads(q, self.heads)?; // (..., heads, L_q, d_head)
+        let k = split_heads(k, self.heads)?; // (..., heads, L_k, d_head)
+        let v = split_heads(v, self.heads)?;
+        let Attention { output, weights } = sdpa_batched(&q, &k, &v, mask)?;
+        Ok((merge_heads(&output)?, weights))
+    }
+    // ANCHOR_END: multihead_forward
 
     /// Multi-head cross-attention: queries from `x_q: (L_q, d_model)`, keys and values from
     /// `x_kv: (L_k, d_model)`; weights `(heads, L_q, L_k)`.
@@ -264,14 +308,21 @@ impl<A: Float> MultiHeadAttention<A> {
     /// let out = mha.cross(&Array2::ones((2, 4)), &Array2::ones((7, 4)), None).unwrap();
     /// assert_eq!((out.output.dim(), out.weights.dim()), ((2, 4), (2, 2, 7)));
     /// ```
+    // ANCHOR: multihead_cross
     pub fn cross(
         &self,
         x_q: &ArrayRef2<A>,
         x_kv: &ArrayRef2<A>,
         mask: Option<&Mask>,
     ) -> Result<MultiHeadOutput<A, Ix2>> {
-        self.attend(x_q, x_kv, mask)
+        let q = self.w_q.apply(x_q)?; // (L_q, d_model)
+        let k = self.w_k.apply(x_kv)?; // (L_k, d_model)
+        let v = self.w_v.apply(x_kv)?;
+        let (merged, weights) = self.attend_heads(&q, &k, &v, mask)?; // (L_q, d_model)
+        let output = self.w_o.apply(&merged)?;
+        Ok(MultiHeadOutput { output, weights })
     }
+    // ANCHOR_END: multihead_cross
 
     /// Multi-head self-attention over a batch `x: (batch, L, d_model)`.
     ///
@@ -322,31 +373,14 @@ impl<A: Float> MultiHeadAttention<A> {
     ) -> Result<MultiHeadOutput<A, Ix3>> {
         // A (batch, L_q, L_k) mask gets a head axis so it reaches every head of its item.
         let per_head = mask.filter(|m| m.shape().len() == 3).map(Mask::for_heads);
-        self.attend(x_q, x_kv, per_head.as_ref().or(mask))
-    }
-
-    // ANCHOR: multihead_attend
-    /// The computation shared by every form: project, split, attend per head, merge, `W_O`.
-    fn attend<D: Dimension>(
-        &self,
-        x_q: &ArrayRef<A, D>,
-        x_kv: &ArrayRef<A, D>,
-        mask: Option<&Mask>,
-    ) -> Result<MultiHeadOutput<A, D>> {
-        // q: (..., heads, L_q, d_head); k and v: (..., heads, L_k, d_head).
-        let q = split_heads(&self.w_q.apply_nd(x_q)?, self.heads)?;
-        let k = split_heads(&self.w_k.apply_nd(x_kv)?, self.heads)?;
-        let v = split_heads(&self.w_v.apply_nd(x_kv)?, self.heads)?;
-        // Scaled by √d_head.
-        let Attention { output, weights } = sdpa_batched(&q, &k, &v, mask)?;
-        // (..., L_q, d_model)
-        let merged = merge_heads(&output)?.into_dimensionality::<D>().expect("x's axes");
-        let output = self.w_o.apply_nd(&merged)?;
+        let q = self.w_q.apply_batched(x_q)?; // (batch, L_q, d_model)
+        let k = self.w_k.apply_batched(x_kv)?; // (batch, L_k, d_model)
+        let v = self.w_v.apply_batched(x_kv)?;
+        let (merged, weights) = self.attend_heads(&q, &k, &v, per_head.as_ref().or(mask))?;
+        let output = self.w_o.apply_batched(&merged)?;
         Ok(MultiHeadOutput { output, weights })
     }
-    // ANCHOR_END: multihead_attend
 
-    // ANCHOR: per_head_loop
     /// The same as [`MultiHeadAttention::forward`], written as an explicit loop over heads:
     /// head `h` uses columns `h·d_head .. (h+1)·d_head` of `W_Q`, `W_K` and `W_V`. Slower and
     /// plainer; a test checks that it agrees with the reshape version.
@@ -363,6 +397,7 @@ impl<A: Float> MultiHeadAttention<A> {
     /// let reshaped = mha.forward(&x, None).unwrap();
     /// assert!((looped.output - reshaped.output).iter().all(|d| d.abs() < 1e-12));
     /// ```
+    // ANCHOR: per_head_loop
     pub fn forward_per_head(
         &self,
         x: &ArrayRef2<A>,
@@ -371,8 +406,9 @@ impl<A: Float> MultiHeadAttention<A> {
         let q_all = self.w_q.apply(x)?; // (L, d_model): every head's queries, side by side
         let k_all = self.w_k.apply(x)?;
         let v_all = self.w_v.apply(x)?;
-        let (l, d_head) = (x.nrows(), self.d_head());
-        let mut merged = Array2::zeros((l, self.d_model()));
+        let (l, d_model) = q_all.dim();
+        let d_head = d_model / self.heads;
+        let mut merged = Array2::zeros((l, d_model));
         let mut weights = Array3::zeros((self.heads, l, l));
         for h in 0..self.heads {
             let cols = s![.., h * d_head..(h + 1) * d_head];

@@ -7,7 +7,7 @@
 //! PyTorch's `nn.Linear` stores its weight the other way round, `(out, in)`, and computes
 //! `x · weightᵀ`; to use a PyTorch weight here, pass its transpose to [`Linear::new`].
 //!
-//! Anchors: `project`, `linear_random`.
+//! Anchors (below the doc comments): `project`, `linear`.
 
 use ndarray::{Array, Array2, Array3, ArrayRef, ArrayRef2, ArrayRef3, Dimension, IxDyn};
 use rand::Rng;
@@ -28,11 +28,13 @@ use crate::shapes::Operand;
 /// assert_eq!(w_q.apply(&x).unwrap(), array![[4.0, 7.0]]);
 /// ```
 #[derive(Debug, Clone, PartialEq)]
+// ANCHOR: linear
 pub struct Linear<A> {
     w: Array2<A>,
 }
 
 impl<A: Float> Linear<A> {
+    // ANCHOR_END: linear
     /// A map with the given weight `W: (d_in, d_out)`; neither may be 0.
     ///
     /// ```
@@ -45,6 +47,7 @@ impl<A: Float> Linear<A> {
     ///     "W has d_in = 0: it must be at least 1"
     /// );
     /// ```
+    // ANCHOR: linear
     pub fn new(w: Array2<A>) -> Result<Self> {
         let (d_in, d_out) = w.dim();
         if d_in == 0 {
@@ -56,7 +59,7 @@ impl<A: Float> Linear<A> {
         Ok(Linear { w })
     }
 
-    // ANCHOR: linear_random
+    // ANCHOR_END: linear
     /// A map with random weights: standard-normal samples times `1/√d_in`.
     ///
     /// The factor keeps the variance of `x·W` close to the variance of `x` (each output is a
@@ -72,25 +75,13 @@ impl<A: Float> Linear<A> {
     /// assert_ne!(w_q, w_k);
     /// assert_eq!(w_q, Linear::random(4, 4, &mut StdRng::seed_from_u64(42)).unwrap());
     /// ```
+    // ANCHOR: linear
     pub fn random<R: Rng + ?Sized>(d_in: usize, d_out: usize, rng: &mut R) -> Result<Self> {
         let scale = 1.0 / (d_in.max(1) as f64).sqrt();
         Linear::new(random_matrix(d_in, d_out, scale, rng))
     }
-    // ANCHOR_END: linear_random
 
-    /// The weight matrix `W: (d_in, d_out)`.
-    ///
-    /// ```
-    /// use attention::projection::Linear;
-    /// use ndarray::Array2;
-    ///
-    /// let w = Linear::new(Array2::<f64>::eye(2)).unwrap();
-    /// assert_eq!(w.weight(), Array2::<f64>::eye(2));
-    /// ```
-    pub fn weight(&self) -> &Array2<A> {
-        &self.w
-    }
-
+    // ANCHOR_END: linear
     /// The input width `d_in`.
     ///
     /// ```
@@ -99,10 +90,12 @@ impl<A: Float> Linear<A> {
     ///
     /// assert_eq!(Linear::new(Array2::<f64>::zeros((5, 3))).unwrap().d_in(), 5);
     /// ```
+    // ANCHOR: linear
     pub fn d_in(&self) -> usize {
         self.w.nrows()
     }
 
+    // ANCHOR_END: linear
     /// The output width `d_out`.
     ///
     /// ```
@@ -111,22 +104,12 @@ impl<A: Float> Linear<A> {
     ///
     /// assert_eq!(Linear::new(Array2::<f64>::zeros((5, 3))).unwrap().d_out(), 3);
     /// ```
+    // ANCHOR: linear
     pub fn d_out(&self) -> usize {
         self.w.ncols()
     }
 
-    /// The number of learnable numbers, `d_in · d_out`.
-    ///
-    /// ```
-    /// use attention::projection::Linear;
-    /// use ndarray::Array2;
-    ///
-    /// assert_eq!(Linear::new(Array2::<f64>::zeros((5, 3))).unwrap().parameter_count(), 15);
-    /// ```
-    pub fn parameter_count(&self) -> usize {
-        self.w.len()
-    }
-
+    // ANCHOR_END: linear
     /// `x · W` for `x: (L, d_in)`, giving `(L, d_out)`; fails if `x` is empty or has the
     /// wrong width.
     ///
@@ -141,8 +124,47 @@ impl<A: Float> Linear<A> {
     ///     "x has d_in = 5 but W has d_in = 4"
     /// );
     /// ```
+    // ANCHOR: linear
     pub fn apply(&self, x: &ArrayRef2<A>) -> Result<Array2<A>> {
-        self.apply_nd(x)
+        let (l, d_in) = x.dim();
+        if l == 0 {
+            return Err(AttentionError::Empty { what: "x".into(), dim: "L" });
+        }
+        if d_in == 0 {
+            return Err(AttentionError::Empty { what: "x".into(), dim: "d_in" });
+        }
+        if d_in != self.d_in() {
+            return Err(AttentionError::mismatch("x", d_in, "W", self.d_in(), "d_in"));
+        }
+        Ok(project(x, &self.w))
+    }
+}
+// ANCHOR_END: linear
+
+impl<A: Float> Linear<A> {
+    /// The weight matrix `W: (d_in, d_out)`.
+    ///
+    /// ```
+    /// use attention::projection::Linear;
+    /// use ndarray::Array2;
+    ///
+    /// let w = Linear::new(Array2::<f64>::eye(2)).unwrap();
+    /// assert_eq!(w.weight(), Array2::<f64>::eye(2));
+    /// ```
+    pub fn weight(&self) -> &Array2<A> {
+        &self.w
+    }
+
+    /// The number of learnable numbers, `d_in · d_out`.
+    ///
+    /// ```
+    /// use attention::projection::Linear;
+    /// use ndarray::Array2;
+    ///
+    /// assert_eq!(Linear::new(Array2::<f64>::zeros((5, 3))).unwrap().parameter_count(), 15);
+    /// ```
+    pub fn parameter_count(&self) -> usize {
+        self.w.len()
     }
 
     /// `x · W` for a batch `x: (batch, L, d_in)`, giving `(batch, L, d_out)`.
@@ -159,27 +181,23 @@ impl<A: Float> Linear<A> {
         self.apply_nd(x)
     }
 
-    /// `x · W` for `x: (..., L, d_in)` with any number of leading axes.
+    /// `x · W` for `x: (..., L, d_in)` with any number of leading axes: every token of every
+    /// batch item is mapped alike, so the leading axes and `L` are read as one long sequence
+    /// for [`Linear::apply`].
     pub(crate) fn apply_nd<D: Dimension>(&self, x: &ArrayRef<A, D>) -> Result<Array<A, D>> {
         let (lead, l, d_in) =
             Operand { name: "x", shape: x.shape(), rows: "L", cols: "d_in" }.split()?;
-        if d_in != self.d_in() {
-            return Err(AttentionError::mismatch("x", d_in, "W", self.d_in(), "d_in"));
-        }
-        // Every token of every batch item is mapped alike: treat them as one long sequence.
         let rows = lead.iter().product::<usize>() * l;
         let flat =
             x.to_shape((rows, d_in)).expect("the leading axes and L collapse into rows");
         let mut shape = x.shape().to_vec();
         shape[x.ndim() - 1] = self.d_out();
-        let out = project(&flat, &self.w)
-            .into_shape_with_order(IxDyn(&shape))
-            .expect("rows split back");
+        let out =
+            self.apply(&flat)?.into_shape_with_order(IxDyn(&shape)).expect("rows split back");
         Ok(out.into_dimensionality::<D>().expect("same number of axes as x"))
     }
 }
 
-// ANCHOR: project
 /// The projection itself: `X · W`, `(L, d_in) · (d_in, d_out) = (L, d_out)`.
 ///
 /// Row `i` of the result is token `i`'s row of `X` mapped by `W`. This function does not
@@ -193,6 +211,7 @@ impl<A: Float> Linear<A> {
 /// let w = array![[2.0, 0.0, 1.0], [0.0, 3.0, 1.0]];    // (2, 3)
 /// assert_eq!(project(&x, &w), array![[2.0, 0.0, 1.0], [0.0, 3.0, 1.0], [2.0, 3.0, 2.0]]);
 /// ```
+// ANCHOR: project
 pub fn project<A: Float>(x: &ArrayRef2<A>, w: &ArrayRef2<A>) -> Array2<A> {
     x.dot(w)
 }

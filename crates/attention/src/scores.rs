@@ -6,7 +6,8 @@
 //! 1, which keeps softmax out of its flat, saturated regions. [`mean`] and [`variance`]
 //! measure that (population statistics, like NumPy's `mean()` and `var()`).
 //!
-//! Anchors: `scores`, `scale`, `scaled_scores`, `variance`.
+//! Anchors (below the doc comments): `scores`, `scale`, `scaled_scores`, `variance`,
+//! `check_qk`.
 
 use ndarray::{Array, Array2, ArrayRef, ArrayRef2, Dimension};
 
@@ -15,7 +16,6 @@ use crate::error::{AttentionError, Result};
 use crate::float::Float;
 use crate::shapes::{Operand, same_lead};
 
-// ANCHOR: scores
 /// The raw scores `Q·Kᵀ`: `(L_q, d_k) · (d_k, L_k) = (L_q, L_k)`.
 ///
 /// Row `i` holds query `i`'s dot product with every key.
@@ -28,13 +28,13 @@ use crate::shapes::{Operand, same_lead};
 /// let k = array![[1.0, 0.0], [0.0, 1.0], [2.0, 2.0]]; // (L_k, d_k) = (3, 2)
 /// assert_eq!(scores(&q, &k).unwrap(), array![[1.0, 0.0, 2.0], [1.0, 1.0, 4.0]]);
 /// ```
+// ANCHOR: scores
 pub fn scores<A: Float>(q: &ArrayRef2<A>, k: &ArrayRef2<A>) -> Result<Array2<A>> {
     check_qk(q.shape(), k.shape())?;
     Ok(q.dot(&k.t()))
 }
 // ANCHOR_END: scores
 
-// ANCHOR: scale
 /// Divides scores by `√d_k`, the width of the queries and keys they came from.
 ///
 /// ```
@@ -43,13 +43,13 @@ pub fn scores<A: Float>(q: &ArrayRef2<A>, k: &ArrayRef2<A>) -> Result<Array2<A>>
 ///
 /// assert_eq!(scale(array![[4.0, -8.0]], 16), array![[1.0, -2.0]]);
 /// ```
+// ANCHOR: scale
 pub fn scale<A: Float, D: Dimension>(scores: Array<A, D>, d_k: usize) -> Array<A, D> {
     let sqrt_d_k = A::from_len(d_k).sqrt();
     scores / sqrt_d_k
 }
 // ANCHOR_END: scale
 
-// ANCHOR: scaled_scores
 /// `Q·Kᵀ / √d_k`, the scores that go into softmax: `(L_q, L_k)`.
 ///
 /// ```
@@ -60,6 +60,7 @@ pub fn scale<A: Float, D: Dimension>(scores: Array<A, D>, d_k: usize) -> Array<A
 /// let k = array![[1.0, 1.0, 1.0, 1.0], [0.0, 0.0, 0.0, 0.0]];
 /// assert_eq!(scaled_scores(&q, &k).unwrap(), array![[4.0, 0.0]]); // 8 / √4
 /// ```
+// ANCHOR: scaled_scores
 pub fn scaled_scores<A: Float>(q: &ArrayRef2<A>, k: &ArrayRef2<A>) -> Result<Array2<A>> {
     let d_k = q.ncols();
     Ok(scale(scores(q, k)?, d_k))
@@ -100,7 +101,6 @@ pub fn mean<A: Float, D: Dimension>(x: &ArrayRef<A, D>) -> Result<A> {
     x.mean().ok_or(AttentionError::Empty { what: "array".into(), dim: "len" })
 }
 
-// ANCHOR: variance
 /// The population variance of all entries, `mean((x - mean(x))²)`, like NumPy's `x.var()`
 /// (`ddof = 0`); fails on an empty array.
 ///
@@ -110,6 +110,7 @@ pub fn mean<A: Float, D: Dimension>(x: &ArrayRef<A, D>) -> Result<A> {
 ///
 /// assert_eq!(variance(&array![[1.0, 3.0], [1.0, 3.0]]).unwrap(), 1.0);
 /// ```
+// ANCHOR: variance
 pub fn variance<A: Float, D: Dimension>(x: &ArrayRef<A, D>) -> Result<A> {
     if x.is_empty() {
         return Err(AttentionError::Empty { what: "array".into(), dim: "len" });
@@ -119,6 +120,7 @@ pub fn variance<A: Float, D: Dimension>(x: &ArrayRef<A, D>) -> Result<A> {
 // ANCHOR_END: variance
 
 /// Checks `q: (..., L_q, d_k)` against `k: (..., L_k, d_k)` and returns `d_k`.
+// ANCHOR: check_qk
 fn check_qk(q: &[usize], k: &[usize]) -> Result<usize> {
     let (q_lead, _, d_k) =
         Operand { name: "q", shape: q, rows: "L_q", cols: "d_k" }.split()?;
@@ -130,3 +132,4 @@ fn check_qk(q: &[usize], k: &[usize]) -> Result<usize> {
     }
     Ok(d_k)
 }
+// ANCHOR_END: check_qk

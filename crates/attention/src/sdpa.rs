@@ -1,5 +1,6 @@
-//! Scaled dot-product attention, the formula the chapters build up to (chapters *Softmax*
-//! and *The complete layer*).
+//! Scaled dot-product attention, the formula the chapters build up to: [`single_query`] in
+//! chapter *Input embeddings*, [`sdpa`] at the end of chapter *Softmax*, [`sdpa_batched`] in
+//! chapter *Multi-head attention*.
 //!
 //! `Attention(Q, K, V) = softmax(Q·Kᵀ / √d_k + M) · V`
 //!
@@ -12,7 +13,8 @@
 //! values (the first picture of attention); [`sdpa_batched`] runs it over leading batch and
 //! head axes.
 //!
-//! Anchors: `sdpa`, `single_query`, `sdpa_batched`, `plain_self_attention`.
+//! Anchors (below the doc comments): `sdpa` (with [`Attention`]), `single_query`,
+//! `sdpa_batched`, `plain_self_attention`.
 
 use ndarray::{Array, Array1, ArrayRef, ArrayRef1, ArrayRef2, Axis, Dimension, Ix1, Ix2};
 
@@ -39,6 +41,7 @@ use crate::softmax::softmax;
 /// assert_eq!(weights.dim(), (2, 2));
 /// ```
 #[derive(Debug, Clone, PartialEq)]
+// ANCHOR: sdpa
 pub struct Attention<A, D: Dimension> {
     /// The new representations, one row per query.
     pub output: Array<A, D>,
@@ -46,7 +49,7 @@ pub struct Attention<A, D: Dimension> {
     pub weights: Array<A, D>,
 }
 
-// ANCHOR: sdpa
+// ANCHOR_END: sdpa
 /// Scaled dot-product attention, `softmax(Q·Kᵀ/√d_k + M)·V`, for `q: (L_q, d_k)`,
 /// `k: (L_k, d_k)`, `v: (L_k, d_v)` and an optional mask broadcastable to `(L_q, L_k)`.
 ///
@@ -64,6 +67,7 @@ pub struct Attention<A, D: Dimension> {
 /// assert_eq!(causal.weights.row(0).to_vec(), [1.0, 0.0]); // token 0 sees only itself
 /// assert_eq!(causal.output.row(0).to_vec(), [10.0, 0.0]);
 /// ```
+// ANCHOR: sdpa
 pub fn sdpa<A: Float>(
     q: &ArrayRef2<A>,
     k: &ArrayRef2<A>,
@@ -81,7 +85,6 @@ pub fn sdpa<A: Float>(
 }
 // ANCHOR_END: sdpa
 
-// ANCHOR: single_query
 /// Attention for a single query vector `q: (d_k,)` over a memory of keys `k: (L_k, d_k)`
 /// and values `v: (L_k, d_v)`: weights `(L_k,)` and output `(d_v,)`, the weighted average
 /// `Σᵢ wᵢ·vᵢ`.
@@ -95,6 +98,7 @@ pub fn sdpa<A: Float>(
 /// assert_eq!(att.weights, array![0.5, 0.5]); // a blank query likes every key equally
 /// assert_eq!(att.output, array![0.5, 0.5]);
 /// ```
+// ANCHOR: single_query
 pub fn single_query<A: Float>(
     q: &ArrayRef1<A>,
     k: &ArrayRef2<A>,
@@ -108,7 +112,6 @@ pub fn single_query<A: Float>(
 }
 // ANCHOR_END: single_query
 
-// ANCHOR: sdpa_batched
 /// [`sdpa`] over leading axes: `q: (..., L_q, d_k)`, `k: (..., L_k, d_k)` and
 /// `v: (..., L_k, d_v)` share their leading (batch, head) axes, and the mask broadcasts to
 /// `(..., L_q, L_k)`. Each matrix of the stack is attended on its own.
@@ -128,6 +131,7 @@ pub fn single_query<A: Float>(
 /// let one = sdpa(&item, &item, &item, Some(&two_real_keys)).unwrap();
 /// assert_eq!(att.output.slice(s![1, .., ..]), one.output);
 /// ```
+// ANCHOR: sdpa_batched
 pub fn sdpa_batched<A: Float, D: Dimension>(
     q: &ArrayRef<A, D>,
     k: &ArrayRef<A, D>,
@@ -145,7 +149,6 @@ pub fn sdpa_batched<A: Float, D: Dimension>(
 }
 // ANCHOR_END: sdpa_batched
 
-// ANCHOR: plain_self_attention
 /// `sdpa` with the query, key and value given as one matrix each and no mask: the
 /// parameter-free self-attention `softmax(X·Xᵀ/√d)·X` of the first chapters.
 ///
@@ -157,6 +160,7 @@ pub fn sdpa_batched<A: Float, D: Dimension>(
 /// let att = plain_self_attention(&x).unwrap();
 /// assert_eq!(att.weights.dim(), (3, 3));
 /// ```
+// ANCHOR: plain_self_attention
 pub fn plain_self_attention<A: Float>(x: &ArrayRef2<A>) -> Result<Attention<A, Ix2>> {
     sdpa(x, x, x, None)
 }

@@ -1,11 +1,13 @@
-//! Self-attention, chapter *The complete layer*: queries, keys and values projected from the
-//! same tokens.
+//! Self-attention, chapter *Queries, keys and values*: queries, keys and values projected from
+//! the same tokens (and, in chapter *The complete layer*, cross-attention: queries from one
+//! sequence, keys and values from another).
 //!
 //! `Q = X·W_Q`, `K = X·W_K`, `V = X·W_V`, then [`sdpa`]. With `X: (L, d_model)`,
 //! `W_Q, W_K: (d_model, d_k)` and `W_V: (d_model, d_v)`, the output is `(L, d_v)`.
 //! The layer has `d_model·(2·d_k + d_v)` parameters.
 //!
-//! Anchors: `self_attention_struct`, `self_attention_forward`.
+//! Anchors (below the doc comments): `self_attention` (chapter *Queries, keys and values*),
+//! `self_attention_cross`.
 
 use ndarray::{Array2, ArrayRef2, ArrayRef3, Ix2, Ix3};
 use rand::Rng;
@@ -16,7 +18,6 @@ use crate::mask::Mask;
 use crate::projection::Linear;
 use crate::sdpa::{Attention, sdpa, sdpa_batched};
 
-// ANCHOR: self_attention_struct
 /// A single-head self-attention layer: the three projections `W_Q`, `W_K`, `W_V`.
 ///
 /// ```
@@ -28,14 +29,15 @@ use crate::sdpa::{Attention, sdpa, sdpa_batched};
 /// assert_eq!(layer.parameter_count(), 4 * (3 + 3 + 2));
 /// ```
 #[derive(Debug, Clone, PartialEq)]
+// ANCHOR: self_attention
 pub struct SelfAttention<A> {
     w_q: Linear<A>, // (d_model, d_k)
     w_k: Linear<A>, // (d_model, d_k)
     w_v: Linear<A>, // (d_model, d_v)
 }
-// ANCHOR_END: self_attention_struct
 
 impl<A: Float> SelfAttention<A> {
+    // ANCHOR_END: self_attention
     /// A layer from given matrices `W_Q, W_K: (d_model, d_k)` and `W_V: (d_model, d_v)`.
     ///
     /// ```
@@ -49,30 +51,73 @@ impl<A: Float> SelfAttention<A> {
     ///     SelfAttention::new(Array2::<f64>::eye(4), Array2::zeros((4, 3)), Array2::eye(4));
     /// assert_eq!(bad.unwrap_err().to_string(), "W_Q has d_k = 4 but W_K has d_k = 3");
     /// ```
+    // ANCHOR: self_attention
     pub fn new(w_q: Array2<A>, w_k: Array2<A>, w_v: Array2<A>) -> Result<Self> {
         let (w_q, w_k, w_v) = (Linear::new(w_q)?, Linear::new(w_k)?, Linear::new(w_v)?);
+        let (d_model, d_k) = (w_q.d_in(), w_q.d_out());
         for (name, w) in [("W_K", &w_k), ("W_V", &w_v)] {
-            if w.d_in() != w_q.d_in() {
-                return Err(AttentionError::mismatch(
-                    "W_Q",
-                    w_q.d_in(),
-                    name,
-                    w.d_in(),
-                    "d_model",
-                ));
+            let d_in = w.d_in();
+            if d_in != d_model {
+                return Err(AttentionError::mismatch("W_Q", d_model, name, d_in, "d_model"));
             }
         }
-        if w_k.d_out() != w_q.d_out() {
-            return Err(AttentionError::mismatch(
-                "W_Q",
-                w_q.d_out(),
-                "W_K",
-                w_k.d_out(),
-                "d_k",
-            ));
+        if w_k.d_out() != d_k {
+            return Err(AttentionError::mismatch("W_Q", d_k, "W_K", w_k.d_out(), "d_k"));
         }
         Ok(SelfAttention { w_q, w_k, w_v })
     }
+
+    // ANCHOR_END: self_attention
+
+    /// Self-attention over `x: (L, d_model)`: output `(L, d_v)` and weights `(L, L)`.
+    ///
+    /// ```
+    /// use attention::{mask::Mask, self_attention::SelfAttention};
+    /// use ndarray::Array2;
+    ///
+    /// let layer =
+    ///     SelfAttention::new(Array2::<f64>::eye(3), Array2::eye(3), Array2::eye(3)).unwrap();
+    /// let x = Array2::from_shape_fn((4, 3), |(i, j)| (i * j) as f64);
+    /// let att = layer.forward(&x, Some(&Mask::causal(4))).unwrap();
+    /// assert_eq!(att.output.dim(), (4, 3));
+    /// assert_eq!(att.output.row(0), x.row(0)); // the first token sees only itself
+    /// ```
+    // ANCHOR: self_attention
+    pub fn forward(&self, x: &ArrayRef2<A>, mask: Option<&Mask>) -> Result<Attention<A, Ix2>> {
+        let q = self.w_q.apply(x)?; // (L, d_k)
+        let k = self.w_k.apply(x)?; // (L, d_k)
+        let v = self.w_v.apply(x)?; // (L, d_v)
+        sdpa(&q, &k, &v, mask)
+    }
+}
+// ANCHOR_END: self_attention
+
+impl<A: Float> SelfAttention<A> {
+    /// Attention from the tokens of `x_q: (L_q, d_model)` to those of
+    /// `x_kv: (L_k, d_model)` (cross-attention); `cross(x, x)` is `forward(x)`.
+    ///
+    /// ```
+    /// use attention::self_attention::SelfAttention;
+    /// use ndarray::Array2;
+    ///
+    /// let layer =
+    ///     SelfAttention::new(Array2::<f64>::eye(2), Array2::eye(2), Array2::eye(2)).unwrap();
+    /// let att = layer.cross(&Array2::ones((1, 2)), &Array2::ones((5, 2)), None).unwrap();
+    /// assert_eq!(att.weights.dim(), (1, 5));
+    /// ```
+    // ANCHOR: self_attention_cross
+    pub fn cross(
+        &self,
+        x_q: &ArrayRef2<A>,
+        x_kv: &ArrayRef2<A>,
+        mask: Option<&Mask>,
+    ) -> Result<Attention<A, Ix2>> {
+        let q = self.w_q.apply(x_q)?; // (L_q, d_k)
+        let k = self.w_k.apply(x_kv)?; // (L_k, d_k)
+        let v = self.w_v.apply(x_kv)?; // (L_k, d_v)
+        sdpa(&q, &k, &v, mask)
+    }
+    // ANCHOR_END: self_attention_cross
 
     /// A layer with seeded random weights (see [`Linear::random`]), drawn in the order
     /// `W_Q`, `W_K`, `W_V`.
@@ -96,49 +141,6 @@ impl<A: Float> SelfAttention<A> {
         let w_v = Linear::random(d_model, d_v, rng)?;
         Ok(SelfAttention { w_q, w_k, w_v })
     }
-
-    // ANCHOR: self_attention_forward
-    /// Self-attention over `x: (L, d_model)`: output `(L, d_v)` and weights `(L, L)`.
-    ///
-    /// ```
-    /// use attention::{mask::Mask, self_attention::SelfAttention};
-    /// use ndarray::Array2;
-    ///
-    /// let layer =
-    ///     SelfAttention::new(Array2::<f64>::eye(3), Array2::eye(3), Array2::eye(3)).unwrap();
-    /// let x = Array2::from_shape_fn((4, 3), |(i, j)| (i * j) as f64);
-    /// let att = layer.forward(&x, Some(&Mask::causal(4))).unwrap();
-    /// assert_eq!(att.output.dim(), (4, 3));
-    /// assert_eq!(att.output.row(0), x.row(0)); // the first token sees only itself
-    /// ```
-    pub fn forward(&self, x: &ArrayRef2<A>, mask: Option<&Mask>) -> Result<Attention<A, Ix2>> {
-        self.cross(x, x, mask)
-    }
-
-    /// Attention from the tokens of `x_q: (L_q, d_model)` to those of
-    /// `x_kv: (L_k, d_model)` (cross-attention); `forward(x)` is `cross(x, x)`.
-    ///
-    /// ```
-    /// use attention::self_attention::SelfAttention;
-    /// use ndarray::Array2;
-    ///
-    /// let layer =
-    ///     SelfAttention::new(Array2::<f64>::eye(2), Array2::eye(2), Array2::eye(2)).unwrap();
-    /// let att = layer.cross(&Array2::ones((1, 2)), &Array2::ones((5, 2)), None).unwrap();
-    /// assert_eq!(att.weights.dim(), (1, 5));
-    /// ```
-    pub fn cross(
-        &self,
-        x_q: &ArrayRef2<A>,
-        x_kv: &ArrayRef2<A>,
-        mask: Option<&Mask>,
-    ) -> Result<Attention<A, Ix2>> {
-        let q = self.w_q.apply(x_q)?; // (L_q, d_k)
-        let k = self.w_k.apply(x_kv)?; // (L_k, d_k)
-        let v = self.w_v.apply(x_kv)?; // (L_k, d_v)
-        sdpa(&q, &k, &v, mask)
-    }
-    // ANCHOR_END: self_attention_forward
 
     /// Self-attention over a batch `x: (batch, L, d_model)`: output `(batch, L, d_v)`,
     /// weights `(batch, L, L)`. The mask broadcasts to `(batch, L, L)` (e.g. a padding mask).

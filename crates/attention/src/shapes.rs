@@ -2,10 +2,13 @@
 //!
 //! Every check runs before any ndarray operation, so that a mismatch becomes an
 //! [`AttentionError`] naming the shapes instead of a panic inside `dot`.
+//!
+//! Anchor (below the doc comments): `shape_checks`, chapter *Queries, keys and values*.
 
 use crate::error::{AttentionError, Result};
 
 /// The names of the axes of an operand of shape `(..., rows, cols)`.
+// ANCHOR: shape_checks
 pub(crate) struct Operand<'a> {
     pub name: &'a str,
     pub shape: &'a [usize],
@@ -14,8 +17,10 @@ pub(crate) struct Operand<'a> {
 }
 
 impl<'a> Operand<'a> {
+    // ANCHOR_END: shape_checks
     /// Splits the shape into its leading axes and `(rows, cols)`, checking there are at least
     /// two axes and that no axis is empty.
+    // ANCHOR: shape_checks
     pub fn split(&self) -> Result<(&'a [usize], usize, usize)> {
         let n = self.shape.len();
         if n < 2 {
@@ -39,8 +44,10 @@ impl<'a> Operand<'a> {
     }
 }
 
+// ANCHOR_END: shape_checks
 /// Checks `q: (..., L_q, d_k)`, `k: (..., L_k, d_k)` and `v: (..., L_k, d_v)`: same leading
 /// axes, matching `d_k` and `L_k`, nothing empty. Returns `(L_q, L_k, d_k, d_v)`.
+// ANCHOR: shape_checks
 pub(crate) fn check_qkv(
     q: &[usize],
     k: &[usize],
@@ -63,7 +70,9 @@ pub(crate) fn check_qkv(
     Ok((l_q, l_k, d_k, d_v))
 }
 
+// ANCHOR_END: shape_checks
 /// Checks that two operands have the same leading (batch, head) axes.
+// ANCHOR: shape_checks
 pub(crate) fn same_lead(
     left: &str,
     left_lead: &[usize],
@@ -80,3 +89,4 @@ pub(crate) fn same_lead(
     }
     Ok(())
 }
+// ANCHOR_END: shape_checks

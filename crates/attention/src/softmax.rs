@@ -10,13 +10,12 @@
 //! weight 0; a row whose every entry is −∞ (a query with no visible key) gets all-zero weights
 //! instead of NaN, as PyTorch's `scaled_dot_product_attention` does.
 //!
-//! Anchors: `stable_softmax`, `softmax_rows`, `naive_softmax`.
+//! Anchors (below the doc comments): `stable_softmax`, `softmax_rows`, `naive_softmax`.
 
 use ndarray::{Array, ArrayRef, ArrayRef1, Axis, Dimension};
 
 use crate::float::Float;
 
-// ANCHOR: stable_softmax
 /// Softmax of one row, in place, stable: subtract the row maximum before `exp`.
 ///
 /// Entries may be −∞ (they become 0). If every entry is −∞ the row becomes all zeros.
@@ -34,6 +33,7 @@ use crate::float::Float;
 /// softmax_row(&mut blocked);
 /// assert_eq!(blocked, array![0.0, 0.0]);
 /// ```
+// ANCHOR: stable_softmax
 pub fn softmax_row<A: Float>(row: &mut ArrayRef1<A>) {
     let max = row.fold(A::neg_infinity(), |m, &x| m.max(x));
     if max == A::neg_infinity() {
@@ -46,7 +46,6 @@ pub fn softmax_row<A: Float>(row: &mut ArrayRef1<A>) {
 }
 // ANCHOR_END: stable_softmax
 
-// ANCHOR: softmax_rows
 /// Softmax along the last axis of any array: every row of `(..., L_q, L_k)` scores becomes a
 /// row of weights.
 ///
@@ -65,14 +64,28 @@ pub fn softmax_row<A: Float>(row: &mut ArrayRef1<A>) {
 /// );
 /// assert_eq!(softmax(&ndarray::arr0(7.0)), ndarray::arr0(1.0));
 /// ```
+// ANCHOR: softmax_rows
 pub fn softmax<A: Float, D: Dimension>(scores: &ArrayRef<A, D>) -> Array<A, D> {
     let mut weights = scores.to_owned();
     for_each_row(&mut weights, softmax_row);
     weights
 }
+
+// ANCHOR_END: softmax_rows
+/// Calls `f` on every row (lane along the last axis) of `a`; a 0-dimensional array (a single
+/// number) counts as one row of length 1.
+// ANCHOR: softmax_rows
+fn for_each_row<A: Float, D: Dimension>(a: &mut Array<A, D>, f: impl Fn(&mut ArrayRef1<A>)) {
+    match a.ndim().checked_sub(1) {
+        Some(last) => a.lanes_mut(Axis(last)).into_iter().for_each(|mut row| f(&mut row)),
+        None => f(&mut a
+            .view_mut()
+            .into_shape_with_order(1)
+            .expect("a 0-d array holds one number")),
+    }
+}
 // ANCHOR_END: softmax_rows
 
-// ANCHOR: naive_softmax
 /// **For teaching only: do not use.** Softmax as the formula reads, `exp(x) / Σ exp(x)`, with
 /// no maximum subtracted.
 ///
@@ -92,6 +105,7 @@ pub fn softmax<A: Float, D: Dimension>(scores: &ArrayRef<A, D>) -> Array<A, D> {
 /// assert!(naive_softmax(&large).iter().all(|w| w.is_nan()));
 /// assert_eq!(softmax(&large), array![[0.5, 0.5]]);
 /// ```
+// ANCHOR: naive_softmax
 pub fn naive_softmax<A: Float, D: Dimension>(scores: &ArrayRef<A, D>) -> Array<A, D> {
     let mut weights = scores.mapv(|x| x.exp());
     for_each_row(&mut weights, |row| {
@@ -101,15 +115,3 @@ pub fn naive_softmax<A: Float, D: Dimension>(scores: &ArrayRef<A, D>) -> Array<A
     weights
 }
 // ANCHOR_END: naive_softmax
-
-/// Calls `f` on every row (lane along the last axis) of `a`; a 0-dimensional array (a single
-/// number) counts as one row of length 1.
-fn for_each_row<A: Float, D: Dimension>(a: &mut Array<A, D>, f: impl Fn(&mut ArrayRef1<A>)) {
-    match a.ndim().checked_sub(1) {
-        Some(last) => a.lanes_mut(Axis(last)).into_iter().for_each(|mut row| f(&mut row)),
-        None => f(&mut a
-            .view_mut()
-            .into_shape_with_order(1)
-            .expect("a 0-d array holds one number")),
-    }
-}

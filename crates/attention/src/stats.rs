@@ -13,7 +13,7 @@
 //! runs the chapter's experiment for one `d_k`: random queries and keys with independent
 //! standard-normal entries, their scores with and without the division by `√d_k`.
 //!
-//! Anchors: `entropy`, `softmax_jacobian`, `jacobian_norm`, `row_stats`, `sample_scores`,
+//! Anchors (below the doc comments): `entropy`, `softmax_jacobian`, `jacobian_norm`, `row_stats`, `sample_scores`,
 //! `measure_scaling`.
 
 use ndarray::{Array2, ArrayRef1, ArrayRef2, Axis};
@@ -102,8 +102,8 @@ pub fn jacobian_norm<A: Float>(p: &ArrayRef1<A>) -> A {
 /// let sharp = RowStats::of_scores(&array![[0.0, 100.0]]);
 /// assert!(sharp.max_weight > 0.999_999 && sharp.jacobian_norm < 1e-20);
 /// ```
-// ANCHOR: row_stats
 #[derive(Debug, Clone, Copy, PartialEq)]
+// ANCHOR: row_stats
 pub struct RowStats {
     /// The mean over rows of the row's largest weight.
     pub max_weight: f64,
@@ -114,8 +114,10 @@ pub struct RowStats {
 }
 
 impl RowStats {
+    // ANCHOR_END: row_stats
     /// Applies softmax to every row of `scores` and averages the three statistics; a matrix
     /// with no rows gives NaN.
+    // ANCHOR: row_stats
     pub fn of_scores(scores: &ArrayRef2<f64>) -> RowStats {
         let weights = softmax(scores);
         let rows = weights.nrows() as f64;

@@ -23,7 +23,8 @@
 //! The products go through ndarray's `general_mat_mul` (the `matrixmultiply` crate), which
 //! writes into the existing tile buffer.
 //!
-//! Anchors: `online_update`, `online_softmax`, `tile_loop`, `causal_end`, `mask_tile`.
+//! Anchors (below the doc comments): `online_update`, `online_softmax`, `attend_block`,
+//! `causal_end`, `mask_tile`, `fast_exp`.
 
 use ndarray::{
     Array, Array1, Array2, Array3, ArrayRef, ArrayRef1, ArrayRef2, ArrayView2, ArrayViewD,
@@ -37,7 +38,6 @@ use crate::float::Float;
 use crate::mask::Mask;
 use crate::shapes::check_qkv;
 
-// ANCHOR: online_update
 /// The state of an online softmax: the largest score seen so far and the sum of
 /// `exp(score − max)` over the scores seen so far.
 ///
@@ -56,6 +56,7 @@ use crate::shapes::check_qkv;
 /// assert!((run.sum - direct).abs() < 1e-15);
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq)]
+// ANCHOR: online_update
 pub struct Running<A> {
     /// The running maximum `m` (−∞ before the first visible score).
     pub max: A,
@@ -64,6 +65,7 @@ pub struct Running<A> {
 }
 
 impl<A: Float> Running<A> {
+    // ANCHOR_END: online_update
     /// The state before any score: `m = −∞`, `l = 0`.
     ///
     /// ```
@@ -72,10 +74,12 @@ impl<A: Float> Running<A> {
     /// let start = Running::<f32>::new();
     /// assert_eq!((start.max, start.sum), (f32::NEG_INFINITY, 0.0));
     /// ```
+    // ANCHOR: online_update
     pub fn new() -> Self {
         Running { max: A::neg_infinity(), sum: A::zero() }
     }
 
+    // ANCHOR_END: online_update
     /// Adds one score `x`. A masked score (−∞) changes nothing.
     ///
     /// ```
@@ -86,6 +90,7 @@ impl<A: Float> Running<A> {
     /// assert_eq!(run.max, f64::ln(2.0));
     /// assert!((run.sum - 2.0).abs() < 1e-15);           // 2·e^(0 − ln 2) + e^0 = 1 + 1
     /// ```
+    // ANCHOR: online_update
     pub fn push(&mut self, x: A) {
         if x == A::neg_infinity() {
             return; // a masked key: no weight, nothing to add
@@ -112,7 +117,6 @@ impl<A: Float> Default for Running<A> {
     }
 }
 
-// ANCHOR: online_softmax
 /// Softmax of one row in two passes instead of three: one pass finds the maximum and the sum
 /// together ([`Running`]), one writes `exp(xⱼ − m) / l`.
 ///
@@ -130,6 +134,7 @@ impl<A: Float> Default for Running<A> {
 /// assert!((online - stable).iter().all(|d| d.abs() < 1e-15));
 /// assert_eq!(online_softmax(&array![f32::NEG_INFINITY]), array![0.0]);
 /// ```
+// ANCHOR: online_softmax
 pub fn online_softmax<A: Float>(row: &ArrayRef1<A>) -> Array1<A> {
     let mut run = Running::new();
     row.iter().for_each(|&x| run.push(x)); // pass 1: maximum and sum at once
@@ -363,9 +368,9 @@ pub fn tiled_sdpa_batched<A: Float, D: Dimension>(
         .expect("same number of axes as the inputs"))
 }
 
-// ANCHOR: causal_end
 /// Causal attention: the keys a block of `n_q` queries starting at `i0` may see end after its
 /// last query, `i0 + n_q − 1`; every tile from there on lies in all its rows' future: skipped.
+// ANCHOR: causal_end
 fn causal_end(i0: usize, n_q: usize, l_k: usize) -> usize {
     l_k.min(i0 + n_q)
 }
@@ -408,11 +413,14 @@ fn matrices<T>(a: ArrayViewD<'_, T>) -> Vec<ArrayView2<'_, T>> {
 /// The keys one query block may see: all, the causal triangle, or its rows of a mask
 /// (`(block rows, L_k)`).
 #[derive(Clone, Copy)]
+// ANCHOR: mask_tile
 enum Visible<'a> {
     All,
     Causal,
     Mask(ArrayView2<'a, bool>),
 }
+
+// ANCHOR_END: mask_tile
 
 /// What one thread reuses from task to task: the scores tile and the per-row `m` and `l`.
 struct Scratch<A> {
@@ -431,6 +439,7 @@ impl<A: Float> Scratch<A> {
 
 /// One query block against all the keys it may see: `out` receives the block's output rows.
 #[allow(clippy::too_many_arguments)]
+// ANCHOR: attend_block
 fn attend_block<A: Float>(
     q: &ArrayRef2<A>,
     k: &ArrayRef2<A>,
@@ -450,7 +459,6 @@ fn attend_block<A: Float>(
     let running = &mut scratch.running[..n_q];
     running.fill(Running::new());
     out.fill(A::zero()); // the unnormalised output Σ exp(s − m)·v, built up tile by tile
-    // ANCHOR: tile_loop
     for j0 in (0..end).step_by(tile_k) {
         let j1 = (j0 + tile_k).min(end);
         if let Visible::Mask(allowed) = visible
@@ -473,7 +481,7 @@ fn attend_block<A: Float>(
             }
             // 0 on the first visible tile, 1 if the max held.
             let rescale = (run.max - max).exp();
-            // P = exp(S − m_new), in place.
+            // P = exp(S − m'), in place (`max` is the new maximum m').
             let p_slice = p_row.as_slice_mut().expect("a row of the tile buffer");
             let tile_sum = exp_in_place(p_slice, max);
             run.sum = run.sum * rescale + tile_sum;
@@ -486,7 +494,6 @@ fn attend_block<A: Float>(
         // U += P · V_tile
         general_mat_mul(A::one(), &p, &v.slice(s![j0..j1, ..]), A::one(), &mut out);
     }
-    // ANCHOR_END: tile_loop
     for (mut out_row, run) in out.rows_mut().into_iter().zip(running.iter()) {
         if run.sum > A::zero() {
             out_row.mapv_inplace(|o| o / run.sum); // normalise once, at the end
@@ -495,12 +502,14 @@ fn attend_block<A: Float>(
         }
     }
 }
+// ANCHOR_END: attend_block
 
 /// Replaces every `s` of `row` by `exp(s − max)` (−∞ becomes 0) and returns their sum.
 ///
 /// This is where tiled attention spends half its time, so `f32` gets a fast `exp` that the
 /// compiler can vectorise ([`exp_f32`]); `f64` keeps the standard library's, accurate to the
 /// last bit, so that it matches the plain path within `1e-12`.
+// ANCHOR: fast_exp
 fn exp_in_place<A: Float>(row: &mut [A], max: A) -> A {
     if TypeId::of::<A>() == TypeId::of::<f32>() {
         // SAFETY: A is f32 (same TypeId), so the slice has f32's layout.
@@ -516,8 +525,10 @@ fn exp_in_place<A: Float>(row: &mut [A], max: A) -> A {
     sum
 }
 
+// ANCHOR_END: fast_exp
 /// [`exp_in_place`] for `f32`, compiled for the widest vector unit the processor has
 /// (AVX-512, AVX2 with FMA, or the SSE2 every x86-64 has), chosen at run time.
+// ANCHOR: fast_exp
 fn exp_in_place_f32(row: &mut [f32], max: f32) -> f32 {
     #[cfg(target_arch = "x86_64")]
     {
@@ -547,7 +558,9 @@ fn exp_in_place_avx2(row: &mut [f32], max: f32) -> f32 {
     exp_in_place_lanes(row, max)
 }
 
+// ANCHOR_END: fast_exp
 /// The loop itself, written so that it vectorises: 16 independent partial sums.
+// ANCHOR: fast_exp
 #[inline(always)]
 fn exp_in_place_lanes(row: &mut [f32], max: f32) -> f32 {
     const LANES: usize = 16;
@@ -567,11 +580,13 @@ fn exp_in_place_lanes(row: &mut [f32], max: f32) -> f32 {
     sum
 }
 
+// ANCHOR_END: fast_exp
 /// `exp(x)` for `x ≤ 0` in `f32`, branch-free so that loops over it vectorise:
 /// `x = n·ln 2 + r` with `n` the integer nearest `x·log₂e` and `|r| ≤ ½ ln 2` (`r` computed
 /// with `ln 2` split in two parts, so it is exact to `f32` rounding); `2^n` is built in the
 /// exponent bits and `exp(r)` is its Taylor series to degree 7 (truncation error below
 /// `1e-8`). Results below `2^-126`, and `exp(−∞)`, are 0.
+// ANCHOR: fast_exp
 #[inline(always)]
 fn exp_f32(x: f32) -> f32 {
     // 1.5·2^23: adding it rounds to an integer in the low mantissa bits.
@@ -592,10 +607,11 @@ fn exp_f32(x: f32) -> f32 {
                     + r * (1.0 / 24.0 + r * (1.0 / 120.0 + r * (1.0 / 720.0 + r / 5040.0))))));
     if x * std::f32::consts::LOG2_E < -126.0 { 0.0 } else { two_n * p }
 }
+// ANCHOR_END: fast_exp
 
-// ANCHOR: mask_tile
 /// Sets the blocked scores of one tile (rows = queries from `i0`, columns = keys from `j0`)
 /// to −∞.
+// ANCHOR: mask_tile
 fn mask_tile<A: Float>(p: &mut ArrayRef2<A>, visible: Visible, i0: usize, j0: usize) {
     match visible {
         Visible::All => {}

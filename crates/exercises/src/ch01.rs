@@ -6,7 +6,6 @@ use ndarray::{Array1, Array2, arr2, array};
 
 use crate::{call, close};
 
-// ANCHOR: encode_or_unk
 /// Exercise 1.1: token ids for a sentence, with every word the vocabulary lacks mapped to the
 /// reserved id `unk` (as real tokenizers do with their `<unk>` token).
 ///
@@ -17,12 +16,12 @@ use crate::{call, close};
 /// let vocab = Vocabulary::from_sentence("<unk> the cat sat");
 /// assert_eq!(encode_or_unk(&vocab, "the dog sat", 0), vec![1, 0, 3]);
 /// ```
+// ANCHOR: encode_or_unk
 pub fn encode_or_unk(vocab: &Vocabulary, sentence: &str, unk: usize) -> Vec<usize> {
     sentence.split_whitespace().map(|word| vocab.id(word).unwrap_or(unk)).collect()
 }
 // ANCHOR_END: encode_or_unk
 
-// ANCHOR: weighted_average
 /// Exercise 1.2: the weighted average `Σᵢ wᵢ·memory[i]` of the rows of `memory: (n, d)`, or
 /// `None` unless the weights are a probability distribution over the rows: one weight per row,
 /// none negative, summing to 1 (within `1e-9`).
@@ -35,6 +34,7 @@ pub fn encode_or_unk(vocab: &Vocabulary, sentence: &str, unk: usize) -> Vec<usiz
 /// assert_eq!(weighted_average(&memory, &[0.25, 0.75]), Some(array![0.25, 0.75]));
 /// assert_eq!(weighted_average(&memory, &[0.5, 0.6]), None);
 /// ```
+// ANCHOR: weighted_average
 pub fn weighted_average(memory: &Array2<f64>, weights: &[f64]) -> Option<Array1<f64>> {
     let is_distribution = weights.len() == memory.nrows()
         && weights.iter().all(|&w| w >= 0.0)
@@ -50,7 +50,6 @@ pub fn weighted_average(memory: &Array2<f64>, weights: &[f64]) -> Option<Array1<
 }
 // ANCHOR_END: weighted_average
 
-// ANCHOR: outshone
 /// Exercise 1.3: two tokens `X: (2, 2)` for which token 0, attending with
 /// `softmax(X·Xᵀ/√2)`, gives more weight to token 1 than to itself.
 ///
@@ -64,6 +63,7 @@ pub fn weighted_average(memory: &Array2<f64>, weights: &[f64]) -> Option<Array1<
 /// let w = plain_self_attention(&outshone()).unwrap().weights;
 /// assert!(w[[0, 1]] > w[[0, 0]]);
 /// ```
+// ANCHOR: outshone
 pub fn outshone() -> Array2<f64> {
     ndarray::array![
         [1.0, 0.0], // x₀·x₀ = 1

@@ -14,7 +14,6 @@ fn random(rows: usize, cols: usize, seed: u64) -> Array2<f64> {
     EmbeddingTable::<f64>::random(rows, cols, &mut rng).expect("rows > 0").table().clone()
 }
 
-// ANCHOR: self_attention_parameters
 /// Exercise 2.1: the number of learnable numbers in a single-head self-attention layer with
 /// `W_Q, W_K: (d_model, d_k)` and `W_V: (d_model, d_v)`.
 ///
@@ -23,12 +22,12 @@ fn random(rows: usize, cols: usize, seed: u64) -> Array2<f64> {
 ///
 /// assert_eq!(self_attention_parameters(4, 3, 2), 32);
 /// ```
+// ANCHOR: self_attention_parameters
 pub fn self_attention_parameters(d_model: usize, d_k: usize, d_v: usize) -> usize {
     d_model * d_k + d_model * d_k + d_model * d_v
 }
 // ANCHOR_END: self_attention_parameters
 
-// ANCHOR: score_entry
 /// Exercise 2.2: entry `(i, j)` of the raw scores `Q·Kᵀ`, computed with a loop over the `d_k`
 /// components of query `i` and key `j` (no matrix product).
 ///
@@ -40,6 +39,7 @@ pub fn self_attention_parameters(d_model: usize, d_k: usize, d_v: usize) -> usiz
 /// let k = array![[3.0, 4.0], [5.0, 6.0], [7.0, 8.0]];
 /// assert_eq!(score_entry(&q, &k, 0, 2), 1.0 * 7.0 + 2.0 * 8.0);
 /// ```
+// ANCHOR: score_entry
 pub fn score_entry(q: &Array2<f64>, k: &Array2<f64>, i: usize, j: usize) -> f64 {
     let mut sum = 0.0;
     for d in 0..q.ncols() {
@@ -49,7 +49,6 @@ pub fn score_entry(q: &Array2<f64>, k: &Array2<f64>, i: usize, j: usize) -> f64 
 }
 // ANCHOR_END: score_entry
 
-// ANCHOR: tied_scores
 /// Exercise 2.3: the scores of a layer whose queries and keys share one matrix,
 /// `W_Q = W_K = w`: `(X·w)·(X·w)ᵀ`, `(L, L)`. They are always symmetric, which is why a layer
 /// needs two.
@@ -63,6 +62,7 @@ pub fn score_entry(q: &Array2<f64>, k: &Array2<f64>, i: usize, j: usize) -> f64 
 /// let s = tied_scores(&x, &w);
 /// assert_eq!(s, s.t());
 /// ```
+// ANCHOR: tied_scores
 pub fn tied_scores(x: &Array2<f64>, w: &Array2<f64>) -> Array2<f64> {
     let projected = x.dot(w); // both the queries and the keys
     projected.dot(&projected.t())

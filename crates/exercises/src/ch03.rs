@@ -8,7 +8,6 @@ use rand::{SeedableRng, rngs::StdRng};
 
 use crate::{call, within};
 
-// ANCHOR: scale_for
 /// Exercise 3.1: the number to divide `q·k` by so that the scores have variance 1, when the
 /// `d_k` components of `q` and of `k` are independent, with mean 0 and standard deviations
 /// `sigma_q` and `sigma_k`.
@@ -22,12 +21,12 @@ use crate::{call, within};
 /// assert_eq!(scale_for(64, 2.0, 0.5), 8.0);
 /// assert_eq!(scale_for(16, 2.0, 1.0), 8.0);
 /// ```
+// ANCHOR: scale_for
 pub fn scale_for(d_k: usize, sigma_q: f64, sigma_k: f64) -> f64 {
     (d_k as f64).sqrt() * sigma_q * sigma_k
 }
 // ANCHOR_END: scale_for
 
-// ANCHOR: perplexity
 /// Exercise 3.2: the *perplexity* of a row of weights, `exp(entropy)`: the number of keys a
 /// query effectively attends to (`n` for `n` equal weights, 1 for a one-hot row).
 ///
@@ -40,12 +39,12 @@ pub fn scale_for(d_k: usize, sigma_q: f64, sigma_k: f64) -> f64 {
 ///
 /// assert!((perplexity(&array![0.5, 0.5, 0.0]) - 2.0).abs() < 1e-12);
 /// ```
+// ANCHOR: perplexity
 pub fn perplexity(p: &Array1<f64>) -> f64 {
     entropy(p).exp()
 }
 // ANCHOR_END: perplexity
 
-// ANCHOR: gap_for_weight
 /// Exercise 3.3: the score gap `s₁ − s₀` at which softmax over two keys gives the larger one
 /// the weight `p` (for `0.5 ≤ p < 1`): solve `1 / (1 + e^(−gap)) = p`.
 ///
@@ -59,6 +58,7 @@ pub fn perplexity(p: &Array1<f64>) -> f64 {
 /// assert_eq!(gap_for_weight(0.5), 0.0);
 /// assert!((gap_for_weight(0.99) - 99f64.ln()).abs() < 1e-12);
 /// ```
+// ANCHOR: gap_for_weight
 pub fn gap_for_weight(p: f64) -> f64 {
     (p / (1.0 - p)).ln()
 }

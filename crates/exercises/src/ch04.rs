@@ -25,7 +25,6 @@ fn same_mask(
     }
 }
 
-// ANCHOR: from_blocked
 /// Converts a mask where `true` means **blocked** (Burn's convention, or notebook 002's
 /// `triu(k=1)` of ones read as booleans) into a [`Mask`], where `true` means may attend.
 ///
@@ -37,12 +36,12 @@ fn same_mask(
 /// let triu = array![[false, true], [false, false]]; // the future is blocked
 /// assert_eq!(from_blocked(&triu).unwrap(), Mask::causal(2));
 /// ```
+// ANCHOR: from_blocked
 pub fn from_blocked(blocked: &ArrayRef2<bool>) -> Result<Mask> {
     Mask::from_array(blocked.mapv(|is_blocked| !is_blocked))
 }
 // ANCHOR_END: from_blocked
 
-// ANCHOR: from_additive
 /// Converts an additive mask (0 = keep, −∞ = block, as in notebook 004) into a [`Mask`].
 ///
 /// An entry blocks its key when `e^m` is 0: then the key drops out of softmax's numerator
@@ -61,12 +60,12 @@ pub fn from_blocked(blocked: &ArrayRef2<bool>) -> Result<Mask> {
 /// let filled = array![[0.0, -1e9], [0.0, 0.0]]; // notebook 000's spelling of the same mask
 /// assert_eq!(from_additive(&filled).unwrap(), Mask::causal(2));
 /// ```
+// ANCHOR: from_additive
 pub fn from_additive(additive: &ArrayRef2<f64>) -> Result<Mask> {
     Mask::from_array(additive.mapv(|m| m.exp() > 0.0))
 }
 // ANCHOR_END: from_additive
 
-// ANCHOR: sliding_window
 /// A causal mask that also forgets the distant past: query `i` may attend to key `j` iff
 /// `i − window < j ≤ i`, i.e. to itself and the `window − 1` tokens before it.
 ///
@@ -77,13 +76,13 @@ pub fn from_additive(additive: &ArrayRef2<f64>) -> Result<Mask> {
 /// assert!(m.allows(&[3, 2]) && m.allows(&[3, 3]));
 /// assert!(!m.allows(&[3, 1]) && !m.allows(&[3, 4]));
 /// ```
+// ANCHOR: sliding_window
 pub fn sliding_window(len: usize, window: usize) -> Mask {
     let allowed = Array2::from_shape_fn((len, len), |(i, j)| j <= i && i - j < window);
     Mask::from_array(allowed).expect("a 2-D array is a valid mask")
 }
 // ANCHOR_END: sliding_window
 
-// ANCHOR: valid_lengths
 /// The valid length of each padded sentence of a batch: the number of token ids before the
 /// first `pad` id (or the whole length if there is none).
 ///
@@ -94,6 +93,7 @@ pub fn sliding_window(len: usize, window: usize) -> Mask {
 /// let batch = [vec![5, 3, 9, 2], vec![7, 4, 0, 0], vec![8, 0, 0, 0]];
 /// assert_eq!(valid_lengths(&batch, pad), [4, 2, 1]);
 /// ```
+// ANCHOR: valid_lengths
 pub fn valid_lengths(batch: &[Vec<usize>], pad: usize) -> Vec<usize> {
     batch.iter().map(|ids| ids.iter().position(|&id| id == pad).unwrap_or(ids.len())).collect()
 }

@@ -5,7 +5,6 @@ use ndarray::{Array1, Array2, ArrayRef1, array};
 
 use crate::{call, close, within};
 
-// ANCHOR: softmax_temperature
 /// `softmax(x / T)`: below `T = 1` the weights sharpen towards the largest score, above it
 /// they flatten towards uniform. `T` must be positive.
 ///
@@ -18,13 +17,13 @@ use crate::{call, close, within};
 /// let flat = softmax_temperature(&array![1.0, 2.0], 1000.0);
 /// assert!((flat[0] - 0.5).abs() < 1e-3);
 /// ```
+// ANCHOR: softmax_temperature
 pub fn softmax_temperature(scores: &ArrayRef1<f64>, t: f64) -> Array1<f64> {
     assert!(t > 0.0, "the temperature must be positive, got {t}");
     softmax(&scores.mapv(|x| x / t))
 }
 // ANCHOR_END: softmax_temperature
 
-// ANCHOR: log_softmax
 /// `ln softmax(x)`, computed without overflow or `ln 0`:
 /// `x − m − ln Σ exp(x − m)` with `m` the maximum.
 ///
@@ -36,6 +35,7 @@ pub fn softmax_temperature(scores: &ArrayRef1<f64>, t: f64) -> Array1<f64> {
 /// assert_eq!(l[0], 0.0);        // ln(1)
 /// assert_eq!(l[1], -1000.0);    // ln(e^-1000), which softmax would round to ln(0) = -inf
 /// ```
+// ANCHOR: log_softmax
 pub fn log_softmax(scores: &ArrayRef1<f64>) -> Array1<f64> {
     let m = scores.fold(f64::NEG_INFINITY, |a, &b| a.max(b));
     let log_sum = scores.mapv(|x| (x - m).exp()).sum().ln();
@@ -43,7 +43,6 @@ pub fn log_softmax(scores: &ArrayRef1<f64>) -> Array1<f64> {
 }
 // ANCHOR_END: log_softmax
 
-// ANCHOR: softmax_jacobian
 /// The Jacobian of softmax at the weights `p = softmax(x)`: entry `(i, j)` is
 /// `∂pᵢ/∂xⱼ = pᵢ(δᵢⱼ − pⱼ)`, i.e. the matrix `diag(p) − p pᵀ`.
 ///
@@ -54,6 +53,7 @@ pub fn log_softmax(scores: &ArrayRef1<f64>) -> Array1<f64> {
 /// let j = softmax_jacobian(&array![0.5, 0.5]);
 /// assert_eq!(j, array![[0.25, -0.25], [-0.25, 0.25]]);
 /// ```
+// ANCHOR: softmax_jacobian
 pub fn softmax_jacobian(p: &ArrayRef1<f64>) -> Array2<f64> {
     let n = p.len();
     Array2::from_shape_fn(

@@ -8,7 +8,6 @@ use rand::{SeedableRng, rngs::StdRng};
 
 use crate::{call, close, within};
 
-// ANCHOR: head_columns
 /// The part of a projection `W: (d_model, d_model)` that head `i` (of `heads`) uses: its
 /// columns `i·d_head .. (i+1)·d_head`, a `(d_model, d_head)` matrix.
 ///
@@ -21,6 +20,7 @@ use crate::{call, close, within};
 /// assert_eq!(head_1.dim(), (4, 2));
 /// assert_eq!(head_1[[0, 0]], 2.0); // column 2 of W
 /// ```
+// ANCHOR: head_columns
 pub fn head_columns(w: &ArrayRef2<f64>, heads: usize, i: usize) -> Result<Array2<f64>> {
     let d_head = head_width(w.ncols(), heads)?;
     if i >= heads {
@@ -34,7 +34,6 @@ pub fn head_columns(w: &ArrayRef2<f64>, heads: usize, i: usize) -> Result<Array2
 }
 // ANCHOR_END: head_columns
 
-// ANCHOR: average_heads
 /// The heads' weights `(heads, L_q, L_k)` averaged into one `(L_q, L_k)` matrix, which is
 /// what `nn.MultiheadAttention` returns unless `average_attn_weights=False`.
 ///
@@ -45,12 +44,12 @@ pub fn head_columns(w: &ArrayRef2<f64>, heads: usize, i: usize) -> Result<Array2
 /// let heads = array![[[1.0, 0.0]], [[0.5, 0.5]]]; // 2 heads, 1 query, 2 keys
 /// assert_eq!(average_heads(&heads), array![[0.75, 0.25]]);
 /// ```
+// ANCHOR: average_heads
 pub fn average_heads(weights: &ArrayRef3<f64>) -> Array2<f64> {
     weights.mean_axis(Axis(0)).expect("at least one head")
 }
 // ANCHOR_END: average_heads
 
-// ANCHOR: from_pytorch
 /// A layer from the weights of PyTorch's `nn.MultiheadAttention(d_model, heads, bias=False)`:
 /// `in_proj_weight: (3·d_model, d_model)` holds `[W_q; W_k; W_v]` stacked by rows, each in
 /// `nn.Linear`'s `(out, in)` layout, and `out_proj_weight: (d_model, d_model)` likewise. This
@@ -65,6 +64,7 @@ pub fn average_heads(weights: &ArrayRef3<f64>) -> Array2<f64> {
 /// let mha = from_pytorch(&in_proj, &eye, 2).unwrap();
 /// assert_eq!(mha.projections()[2].weight(), 3.0 * &eye);
 /// ```
+// ANCHOR: from_pytorch
 pub fn from_pytorch(
     in_proj_weight: &ArrayRef2<f64>,
     out_proj_weight: &ArrayRef2<f64>,

@@ -11,7 +11,6 @@ use rand::{Rng, SeedableRng, rngs::StdRng};
 
 use crate::{call, close, mask_difference};
 
-// ANCHOR: decoder_mask
 /// The mask of a decoder over a padded batch: causal **and** padding, shape
 /// `(batch, len, len)`. Query `i` of item `b` may attend to key `j` iff `j ≤ i` and
 /// `j < valid_lengths[b]`.
@@ -24,12 +23,12 @@ use crate::{call, close, mask_difference};
 /// assert!(m.allows(&[0, 2, 1]) && !m.allows(&[0, 1, 2]));   // causal
 /// assert!(m.allows(&[1, 2, 0]) && !m.allows(&[1, 2, 1]));   // padding
 /// ```
+// ANCHOR: decoder_mask
 pub fn decoder_mask(valid_lengths: &[usize], len: usize) -> Result<Mask> {
     Mask::causal(len).and(&Mask::padding(valid_lengths, len, len)?)
 }
 // ANCHOR_END: decoder_mask
 
-// ANCHOR: one_token_at_a_time
 /// Causal attention computed the way a decoder generates text: token `t`'s output from its
 /// query and the keys and values of tokens `0..=t` only (what a KV cache holds), one token
 /// after the other. It is `sdpa(q, k, v, Some(&Mask::causal(L)))` computed another way, and
@@ -46,6 +45,7 @@ pub fn decoder_mask(valid_lengths: &[usize], len: usize) -> Result<Mask> {
 /// let out = one_token_at_a_time(&x, &x, &x).unwrap();
 /// assert_eq!(out.row(0), x.row(0)); // the first token sees only itself
 /// ```
+// ANCHOR: one_token_at_a_time
 pub fn one_token_at_a_time(
     q: &ArrayRef2<f64>,
     k: &ArrayRef2<f64>,
@@ -61,7 +61,6 @@ pub fn one_token_at_a_time(
 }
 // ANCHOR_END: one_token_at_a_time
 
-// ANCHOR: decoder_step
 /// The attention half of a Transformer decoder block: causal self-attention over the
 /// decoder's tokens `x_dec: (L_q, d_model)`, then cross-attention from that result to the
 /// encoder's output `x_enc: (L_k, d_model)`. Returns `(L_q, d_v)` of the cross layer.
@@ -79,6 +78,7 @@ pub fn one_token_at_a_time(
 ///     decoder_step(&own, &cross, &Array2::ones((3, 2)), &Array2::ones((5, 2))).unwrap();
 /// assert_eq!(out.dim(), (3, 2));
 /// ```
+// ANCHOR: decoder_step
 pub fn decoder_step(
     self_layer: &SelfAttention<f64>,
     cross_layer: &SelfAttention<f64>,

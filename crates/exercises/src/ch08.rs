@@ -5,7 +5,6 @@ use ndarray::Array1;
 
 use crate::{call, close, within};
 
-// ANCHOR: push_score
 /// Exercise 8.1: one step of online softmax. Given the running maximum `max` and the running
 /// sum `sum = Σ exp(xⱼ − max)` of the scores so far, return both after the score `x`.
 /// A masked score (`x = −∞`) changes nothing; before the first score `max = −∞`, `sum = 0`.
@@ -22,6 +21,7 @@ use crate::{call, close, within};
 /// assert_eq!(m, 3.0);
 /// assert!((l - (1.0 + (-2.0f64).exp())).abs() < 1e-15);
 /// ```
+// ANCHOR: push_score
 pub fn push_score(max: f64, sum: f64, x: f64) -> (f64, f64) {
     if x == f64::NEG_INFINITY {
         return (max, sum);
@@ -34,7 +34,6 @@ pub fn push_score(max: f64, sum: f64, x: f64) -> (f64, f64) {
 }
 // ANCHOR_END: push_score
 
-// ANCHOR: merge_running
 /// Exercise 8.2: combine the online-softmax states of two separate parts of a row (say, two
 /// threads that each took half of the keys) into the state of the whole row.
 ///
@@ -50,6 +49,7 @@ pub fn push_score(max: f64, sum: f64, x: f64) -> (f64, f64) {
 /// assert_eq!(merge_running(a, b), Running { max: 2.0, sum: 4.0 });
 /// assert_eq!(merge_running(a, Running::new()), a);
 /// ```
+// ANCHOR: merge_running
 pub fn merge_running(a: Running<f64>, b: Running<f64>) -> Running<f64> {
     let max = a.max.max(b.max);
     if max == f64::NEG_INFINITY {
@@ -59,7 +59,6 @@ pub fn merge_running(a: Running<f64>, b: Running<f64>) -> Running<f64> {
 }
 // ANCHOR_END: merge_running
 
-// ANCHOR: causal_tiles_visited
 /// Exercise 8.3: how many (query block, key tile) pairs the causal tiled loop computes for a
 /// sequence of `l` tokens, blocks of `block_q` queries and tiles of `tile_k` keys. A block
 /// starting at query `i0` stops before the tile that starts after its last query,
@@ -71,6 +70,7 @@ pub fn merge_running(a: Running<f64>, b: Running<f64>) -> Running<f64> {
 /// assert_eq!(causal_tiles_visited(1024, 128, 128), 36); // 8 blocks: 1 + 2 + … + 8
 /// assert_eq!(causal_tiles_visited(1024, 128, 256), 20); // tiles twice as wide
 /// ```
+// ANCHOR: causal_tiles_visited
 pub fn causal_tiles_visited(l: usize, block_q: usize, tile_k: usize) -> usize {
     (0..l)
         .step_by(block_q)

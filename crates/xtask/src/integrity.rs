@@ -4,6 +4,12 @@
 //! that exists and, where it names an anchor, a file that has `ANCHOR: name` and
 //! `ANCHOR_END: name` (mdBook only warns about a missing anchor and includes nothing).
 //!
+//! On the code blocks of the book's pages, includes expanded as mdBook expands them, and only
+//! the lines the reader sees counted: no line is wider than 95 columns; doc comments (`///`,
+//! `//!`) stay under 10 % of the shown lines (the figure is printed); every anchor of an
+//! included file is balanced; and every function of `crates/attention` that a listing calls is
+//! shown by an earlier listing, or its page links to the page that shows it.
+//!
 //! On the built HTML (`target/book/html`): every image exists and has alt text, every internal
 //! link and `#anchor` resolves, no `{{#...}}` directive and no raw `$$` math is left outside
 //! code, nothing is loaded from the network (no external `src` on scripts, images, frames; no
@@ -21,6 +27,9 @@ pub fn check_book(root: &Path) -> Result<()> {
         return Err(format!("no built book in {} (run `mdbook build` first)", html_dir.display()).into());
     }
     let mut problems = check_sources(&root.join("book"))?;
+    let (listings, listing_problems) = check_listings(&root.join("book"), &root.join("crates/attention/src"))?;
+    println!("{}", listings.summary());
+    problems.extend(listing_problems);
     problems.extend(check_html(&html_dir)?);
     problems.extend(check_quizzes(&root.join("book"), &html_dir)?);
     if !problems.is_empty() {
@@ -96,28 +105,666 @@ fn include_directives(text: &str) -> Vec<&str> {
 }
 
 fn check_include(dir: &Path, directive: &str) -> std::result::Result<(), String> {
-    let spec = directive.split_once(' ').map(|(_, s)| s.trim()).unwrap_or_default();
+    expand_include(dir, directive).map(|_| ())
+}
+
+// ---------------------------------------------------------------------------------------------
+// Includes, expanded as mdBook expands them
+
+/// One `ANCHOR: name` or `ANCHOR_END: name` marker, read as mdBook reads it
+/// (`ANCHOR:\s*([\w_-]+)`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Marker<'a> {
+    Start(&'a str),
+    End(&'a str),
+}
+
+fn anchor_marker(line: &str) -> Option<Marker<'_>> {
+    let name_after = |tag: &str| {
+        let rest = line[line.find(tag)? + tag.len()..].trim_start();
+        let end = rest.find(|c: char| !(c.is_alphanumeric() || c == '_' || c == '-')).unwrap_or(rest.len());
+        (end > 0).then(|| &rest[..end])
+    };
+    name_after("ANCHOR_END:").map(Marker::End).or_else(|| name_after("ANCHOR:").map(Marker::Start))
+}
+
+/// What a directive's selector asks for (mdBook's `parse_range_or_anchor`): line indices
+/// `start..end` (0-based, `end` exclusive) or an anchor.
+enum Selector<'a> {
+    Lines(usize, Option<usize>),
+    Anchor(&'a str),
+}
+
+fn parse_selector(selector: Option<&str>) -> Selector<'_> {
+    let mut parts = selector.unwrap_or("").splitn(3, ':');
+    let first = parts.next().unwrap_or("");
+    let start = match first.parse::<usize>() {
+        Ok(line) => Some(line.saturating_sub(1)),
+        Err(_) if first.is_empty() => None,
+        Err(_) => return Selector::Anchor(first),
+    };
+    match (start, parts.next().map(str::parse::<usize>)) {
+        (Some(start), Some(Ok(end))) => Selector::Lines(start, Some(end)),
+        (Some(start), Some(Err(_))) => Selector::Lines(start, None),
+        (Some(start), None) => Selector::Lines(start, Some(start + 1)),
+        (None, Some(Ok(end))) => Selector::Lines(0, Some(end)),
+        (None, _) => Selector::Lines(0, None),
+    }
+}
+
+/// What mdBook puts in place of one `{{#include ...}}` or `{{#rustdoc_include ...}}`
+/// directive (its `take_lines`, `take_anchored_lines` and `take_rustdoc_include_*`): the
+/// included file and the lines put in, each with its index in that file. A `rustdoc_include`
+/// keeps the whole file and hides (`# `) every line outside the range or anchor, and an anchor
+/// named several times contributes all its segments; a plain `include` of an anchor takes its
+/// first segment only. Marker lines are never included. Fails when the file cannot be read or
+/// lacks the anchor (mdBook would only warn and include nothing).
+fn expand_include(dir: &Path, directive: &str) -> std::result::Result<(PathBuf, Vec<(usize, String)>), String> {
+    let (kind, spec) = directive.split_once(' ').map(|(k, s)| (k, s.trim())).unwrap_or((directive, ""));
+    let spec = spec.split_whitespace().next().unwrap_or("");
     let (file, selector) = match spec.split_once(':') {
         Some((file, selector)) => (file, Some(selector)),
         None => (spec, None),
     };
     let path = dir.join(file);
     let text = std::fs::read_to_string(&path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-    let Some(selector) = selector else { return Ok(()) };
-    let is_line_range = selector.split(':').all(|part| part.is_empty() || part.bytes().all(|b| b.is_ascii_digit()));
-    if is_line_range {
-        return Ok(());
-    }
-    let has_marker = |marker: &str| {
-        text.lines().any(|line| {
-            line.split_once(marker).is_some_and(|(_, name)| name.trim() == selector)
-        })
+    let lines = text.lines().enumerate();
+    let rustdoc = kind == "rustdoc_include";
+    let out: Vec<(usize, String)> = match parse_selector(selector) {
+        Selector::Lines(start, end) => {
+            let inside = |i: usize| i >= start && end.is_none_or(|end| i < end);
+            if rustdoc {
+                lines.map(|(i, l)| (i, if inside(i) { l.to_string() } else { format!("# {l}") })).collect()
+            } else {
+                lines.filter(|&(i, _)| inside(i)).map(|(i, l)| (i, l.to_string())).collect()
+            }
+        }
+        Selector::Anchor(anchor) => {
+            let markers: Vec<Option<Marker>> = text.lines().map(anchor_marker).collect();
+            if !markers.contains(&Some(Marker::Start(anchor))) {
+                return Err(format!("{} has no `ANCHOR: {anchor}`", path.display()));
+            }
+            if !markers.contains(&Some(Marker::End(anchor))) {
+                return Err(format!("{} has no `ANCHOR_END: {anchor}`", path.display()));
+            }
+            let mut out = Vec::new();
+            let mut within = false;
+            for ((i, line), marker) in lines.zip(markers) {
+                match marker {
+                    Some(Marker::Start(name)) if name == anchor => within = true,
+                    Some(Marker::End(name)) if name == anchor => {
+                        within = false;
+                        if !rustdoc {
+                            break;
+                        }
+                    }
+                    Some(_) => {}
+                    None if within => out.push((i, line.to_string())),
+                    None if rustdoc => out.push((i, format!("# {line}"))),
+                    None => {}
+                }
+            }
+            out
+        }
     };
-    match (has_marker("ANCHOR:"), has_marker("ANCHOR_END:")) {
-        (true, true) => Ok(()),
-        (false, _) => Err(format!("{} has no `ANCHOR: {selector}`", path.display())),
-        (true, false) => Err(format!("{} has no `ANCHOR_END: {selector}`", path.display())),
+    Ok((path, out))
+}
+
+// ---------------------------------------------------------------------------------------------
+// Listings: the code blocks as the reader sees them
+
+/// The widest line a code block may show: the code column holds 97 characters of code
+/// (`book/theme/book.css`); the crates' `rustfmt.toml` format their code to 95.
+const MAX_COLUMNS: usize = 95;
+
+/// Doc-comment lines (`///`, `//!`) must stay below this share of the lines the book's code
+/// blocks show: a listing shows code (signature and body), not rustdoc (GUIDE.md §7).
+const MAX_DOC_SHARE: f64 = 0.10;
+
+/// One line of a page after its include directives are expanded.
+#[derive(Debug, Clone)]
+struct PageLine {
+    text: String,
+    /// The included file the line comes from, and its index there.
+    source: Option<(PathBuf, usize)>,
+}
+
+/// One fenced code block of an expanded page.
+#[derive(Debug)]
+struct CodeBlock {
+    /// The language: the first word of the info string (`rust` for `rust,ignore`).
+    language: String,
+    lines: Vec<PageLine>,
+}
+
+impl CodeBlock {
+    /// The lines the reader sees, as mdBook's HTML shows them: in a Rust block, a line
+    /// `# ...` (or a lone `#`) is hidden and `##...` shows as `#...`.
+    fn shown(&self) -> impl Iterator<Item = (String, &PageLine)> {
+        let rust = self.language == "rust";
+        self.lines.iter().filter_map(move |line| {
+            let text = &line.text;
+            let indent = text.len() - text.trim_start().len();
+            if rust && let Some(rest) = text[indent..].strip_prefix('#') {
+                if rest.is_empty() || rest.starts_with(' ') {
+                    return None;
+                }
+                if rest.starts_with('#') {
+                    return Some((format!("{}{}", &text[..indent], rest), line));
+                }
+            }
+            Some((text.clone(), line))
+        })
     }
+
+    /// Whether any line comes from an included Rust file: a listing of real code.
+    fn is_listing(&self) -> bool {
+        self.lines.iter().any(|l| l.source.as_ref().is_some_and(|(p, _)| p.extension().is_some_and(|e| e == "rs")))
+    }
+}
+
+/// A page with its include directives replaced by what mdBook puts there. A directive alone on
+/// its line becomes the included lines, each knowing its source; directives that fail are left
+/// as they are (`check_sources` reports them).
+fn expand_page(dir: &Path, text: &str) -> Vec<PageLine> {
+    let mut out = Vec::new();
+    for line in text.lines() {
+        let directives = include_directives(line);
+        let alone = directives.len() == 1 && line.trim() == format!("{{{{#{}}}}}", directives[0]);
+        match (directives.first(), alone) {
+            (Some(directive), true) => match expand_include(dir, directive) {
+                Ok((path, lines)) => out.extend(
+                    lines.into_iter().map(|(i, text)| PageLine { text, source: Some((path.clone(), i)) }),
+                ),
+                Err(_) => out.push(PageLine { text: line.to_string(), source: None }),
+            },
+            (Some(_), false) => {
+                let mut expanded = line.to_string();
+                for directive in directives {
+                    if let Ok((_, lines)) = expand_include(dir, directive) {
+                        let lines: Vec<String> = lines.into_iter().map(|(_, l)| l).collect();
+                        expanded = expanded.replacen(&format!("{{{{#{directive}}}}}"), &lines.join("\n"), 1);
+                    }
+                }
+                out.extend(expanded.lines().map(|l| PageLine { text: l.to_string(), source: None }));
+            }
+            (None, _) => out.push(PageLine { text: line.to_string(), source: None }),
+        }
+    }
+    out
+}
+
+/// The fenced code blocks (```` ``` ```` or `~~~`, three or more) of an expanded page.
+fn code_blocks(lines: &[PageLine]) -> Vec<CodeBlock> {
+    let mut blocks = Vec::new();
+    let mut open: Option<(char, usize, CodeBlock)> = None;
+    for line in lines {
+        let trimmed = line.text.trim_start();
+        let fence = |c: char| trimmed.chars().take_while(|&x| x == c).count();
+        match open.take() {
+            None => {
+                for c in ['`', '~'] {
+                    if fence(c) >= 3 {
+                        let info = trimmed.trim_start_matches(c);
+                        let language = info.split([' ', '\t', ',']).find(|s| !s.is_empty()).unwrap_or("").to_string();
+                        open = Some((c, fence(c), CodeBlock { language, lines: Vec::new() }));
+                    }
+                }
+            }
+            Some((c, n, mut block)) => {
+                if fence(c) >= n && trimmed.trim_start_matches(c).trim().is_empty() {
+                    blocks.push(block);
+                } else {
+                    block.lines.push(line.clone());
+                    open = Some((c, n, block));
+                }
+            }
+        }
+    }
+    blocks
+}
+
+/// The pages of the book in reading order: the `.md` links of `SUMMARY.md`.
+fn summary_pages(src: &Path) -> Result<Vec<PathBuf>> {
+    let summary = read(&src.join("SUMMARY.md"))?;
+    Ok(delimited(&summary, "](", ")")
+        .into_iter()
+        .filter(|target| target.ends_with(".md"))
+        .map(|target| src.join(target))
+        .collect())
+}
+
+/// What the listings check measured.
+#[derive(Debug, Default, PartialEq)]
+pub struct ListingStats {
+    /// Lines shown in all code blocks of the book.
+    pub shown: usize,
+    /// Doc-comment lines among them.
+    pub doc: usize,
+    /// Lines shown in listings (code blocks holding lines of an included `.rs` file).
+    pub listing_shown: usize,
+    /// Doc-comment lines among those.
+    pub listing_doc: usize,
+}
+
+impl ListingStats {
+    fn share(doc: usize, shown: usize) -> f64 {
+        if shown == 0 { 0.0 } else { doc as f64 / shown as f64 }
+    }
+
+    /// The line `cargo xtask check-book` prints.
+    pub fn summary(&self) -> String {
+        format!(
+            "listings: {} lines shown in code blocks, {} doc-comment lines ({:.1} %); in the {} lines \
+             of included Rust, {} ({:.1} %)",
+            self.shown,
+            self.doc,
+            100.0 * Self::share(self.doc, self.shown),
+            self.listing_shown,
+            self.listing_doc,
+            100.0 * Self::share(self.listing_doc, self.listing_shown),
+        )
+    }
+}
+
+fn is_doc_comment(line: &str) -> bool {
+    let t = line.trim_start();
+    t.starts_with("///") || t.starts_with("//!")
+}
+
+fn shown_path(path: &Path) -> String {
+    normalize(path).display().to_string()
+}
+
+/// The code blocks of the book as the reader sees them (the pages of `SUMMARY.md` under `src`,
+/// includes expanded as mdBook does): no line wider than [`MAX_COLUMNS`], doc comments under
+/// [`MAX_DOC_SHARE`] of the shown lines, every included anchor balanced, and every function of
+/// the crate under `crate_src` that a listing calls shown by an earlier listing or linked to.
+pub fn check_listings(src: &Path, crate_src: &Path) -> Result<(ListingStats, Vec<String>)> {
+    let mut stats = ListingStats::default();
+    let mut problems = Vec::new();
+    let mut pages = Vec::new();
+    for page in summary_pages(src)? {
+        let text = read(&page)?;
+        let blocks = code_blocks(&expand_page(page.parent().unwrap_or(src), &text));
+        pages.push((page, text, blocks));
+    }
+    let mut included: Vec<PathBuf> = Vec::new();
+    for (page, _, blocks) in &pages {
+        for block in blocks {
+            let listing = block.is_listing();
+            for (text, line) in block.shown() {
+                let doc = is_doc_comment(&text);
+                stats.shown += 1;
+                stats.doc += usize::from(doc);
+                if listing {
+                    stats.listing_shown += 1;
+                    stats.listing_doc += usize::from(doc);
+                }
+                let columns = text.chars().count();
+                if columns > MAX_COLUMNS {
+                    let from = match &line.source {
+                        Some((file, i)) => format!(" ({}:{})", shown_path(file), i + 1),
+                        None => String::new(),
+                    };
+                    problems.push(format!(
+                        "{}: a code block shows a line of {columns} columns (at most {MAX_COLUMNS}){from}: `{}`",
+                        page.display(),
+                        text.trim()
+                    ));
+                }
+            }
+            for line in &block.lines {
+                if let Some((file, _)) = &line.source
+                    && !included.contains(file)
+                {
+                    included.push(file.clone());
+                }
+            }
+        }
+    }
+    let share = ListingStats::share(stats.doc, stats.shown);
+    if share >= MAX_DOC_SHARE {
+        problems.push(format!(
+            "doc comments are {:.1} % of the lines the code blocks show (at most {:.0} %): anchor the \
+             listings below their doc comments",
+            100.0 * share,
+            100.0 * MAX_DOC_SHARE
+        ));
+    }
+    for file in &included {
+        problems.extend(unbalanced_anchors(file, &read(file)?));
+    }
+    problems.extend(unshown_calls(&pages, crate_src)?);
+    Ok((stats, problems))
+}
+
+/// Every `ANCHOR: name` must be closed by an `ANCHOR_END: name` before it opens again, and
+/// every `ANCHOR_END: name` must close an open one.
+fn unbalanced_anchors(file: &Path, text: &str) -> Vec<String> {
+    let mut open: Vec<(&str, usize)> = Vec::new();
+    let mut problems = Vec::new();
+    let at = |i: usize| format!("{}:{}", shown_path(file), i + 1);
+    for (i, line) in text.lines().enumerate() {
+        match anchor_marker(line) {
+            Some(Marker::Start(name)) => {
+                if let Some(&(_, first)) = open.iter().find(|(n, _)| *n == name) {
+                    problems.push(format!("{}: `ANCHOR: {name}` opens again before the one of line {} is closed", at(i), first + 1));
+                } else {
+                    open.push((name, i));
+                }
+            }
+            Some(Marker::End(name)) => match open.iter().position(|(n, _)| *n == name) {
+                Some(k) => {
+                    open.remove(k);
+                }
+                None => problems.push(format!("{}: `ANCHOR_END: {name}` closes no open `ANCHOR: {name}`", at(i))),
+            },
+            None => {}
+        }
+    }
+    problems.extend(open.into_iter().map(|(name, i)| format!("{}: `ANCHOR: {name}` is never closed", at(i))));
+    problems
+}
+
+// ---------------------------------------------------------------------------------------------
+// Listings: every function they call is shown, or linked to
+
+/// A function defined in the crate the book teaches.
+#[derive(Debug)]
+struct FnDef {
+    /// The file and the index of the line with `fn name`.
+    file: PathBuf,
+    line: usize,
+    /// The file's module (its stem): `sdpa` for `sdpa.rs`.
+    module: String,
+    /// The type of the `impl` (or the trait) it sits in; `None` for a free function.
+    owner: Option<String>,
+    name: String,
+    /// Whether it takes `self` (so that it is called as `x.name(...)`).
+    method: bool,
+}
+
+impl FnDef {
+    fn path(&self) -> String {
+        match &self.owner {
+            Some(owner) => format!("{owner}::{}", self.name),
+            None => format!("{}::{}", self.module, self.name),
+        }
+    }
+}
+
+/// Method names the standard library and ndarray use too (`v.len()`, `x.shape()`,
+/// `Zip::from(a).and(b)`, `vec.push(x)`): a call `x.name(...)` with one of these names is not
+/// taken for the crate's method, which is then checked only where a listing names its type.
+const COMMON_METHOD_NAMES: [&str; 6] = ["len", "is_empty", "shape", "and", "push", "default"];
+
+/// The name of the function a line defines, if it does: `pub(crate) fn name<...>(`.
+fn defined_fn(line: &str) -> Option<&str> {
+    let mut rest = line.trim_start();
+    for prefix in ["pub(crate) ", "pub(super) ", "pub ", "const ", "unsafe ", "async "] {
+        rest = rest.strip_prefix(prefix).unwrap_or(rest);
+    }
+    let rest = rest.strip_prefix("fn ")?;
+    let end = rest.find(|c: char| !(c.is_alphanumeric() || c == '_')).unwrap_or(rest.len());
+    (end > 0).then(|| &rest[..end])
+}
+
+/// The type an `impl` (or `trait`) line at column 0 is about: `Linear` for
+/// `impl<A: Float> Linear<A> {`, `Running` for `impl<A: Float> Default for Running<A> {`.
+fn impl_owner(line: &str) -> Option<String> {
+    let rest = if let Some(rest) = line.strip_prefix("impl") {
+        let mut rest = rest;
+        if rest.starts_with('<') {
+            let mut depth = 0;
+            let end = rest.char_indices().find(|&(_, c)| {
+                depth += match c {
+                    '<' => 1,
+                    '>' => -1,
+                    _ => 0,
+                };
+                depth == 0
+            })?;
+            rest = &rest[end.0 + 1..];
+        }
+        match rest.split_once(" for ") {
+            Some((_, ty)) => ty,
+            None => rest,
+        }
+    } else {
+        line.strip_prefix("pub trait ").or_else(|| line.strip_prefix("trait "))?
+    };
+    let rest = rest.trim_start();
+    let end = rest.find(|c: char| !(c.is_alphanumeric() || c == '_')).unwrap_or(rest.len());
+    (end > 0).then(|| rest[..end].to_string())
+}
+
+/// Every function of the crate under `crate_src` (its tests left out), and the names of its
+/// types and modules.
+fn crate_functions(crate_src: &Path) -> Result<(Vec<FnDef>, HashSet<String>, HashSet<String>)> {
+    let mut defs = Vec::new();
+    let mut types = HashSet::new();
+    let mut modules = HashSet::new();
+    for file in files_with_ext(crate_src, "rs")? {
+        let module = file.file_stem().and_then(|s| s.to_str()).unwrap_or_default().to_string();
+        modules.insert(module.clone());
+        let text = read(&file)?;
+        let lines: Vec<&str> = text.lines().collect();
+        let mut owner = None;
+        for (i, line) in lines.iter().enumerate() {
+            if line.starts_with("#[cfg(test)]") {
+                break; // the unit tests come last
+            }
+            if line.starts_with('}') {
+                owner = None;
+            } else if let Some(ty) = impl_owner(line) {
+                types.insert(ty.clone());
+                owner = Some(ty);
+            }
+            for kind in ["struct ", "enum ", "type "] {
+                let decl = line.trim_start_matches("pub(crate) ").trim_start_matches("pub ");
+                if let Some(rest) = decl.strip_prefix(kind) {
+                    let end = rest.find(|c: char| !(c.is_alphanumeric() || c == '_')).unwrap_or(rest.len());
+                    types.insert(rest[..end].to_string());
+                }
+            }
+            let Some(name) = defined_fn(line) else { continue };
+            let signature: String = lines[i..]
+                .iter()
+                .take_while(|l| !l.contains('{') && !l.trim_end().ends_with(';'))
+                .chain(lines[i..].iter().find(|l| l.contains('{') || l.trim_end().ends_with(';')))
+                .copied()
+                .collect();
+            let method = ["(&self", "(&mut self", "(self", "(mut self", "&self,", "&self)"]
+                .iter()
+                .any(|s| signature.replace(char::is_whitespace, "").contains(&s.replace(' ', "")));
+            defs.push(FnDef {
+                file: normalize(&file),
+                line: i,
+                module: module.clone(),
+                owner: owner.clone(),
+                name: name.to_string(),
+                method,
+            });
+        }
+    }
+    Ok((defs, types, modules))
+}
+
+/// A line of Rust without its `//` comment and with the insides of its string literals blanked.
+fn code_only(line: &str) -> String {
+    let mut out = String::with_capacity(line.len());
+    let mut in_string = false;
+    let mut chars = line.chars().peekable();
+    while let Some(c) = chars.next() {
+        match (in_string, c) {
+            (false, '/') if chars.peek() == Some(&'/') => break,
+            (false, '"') => {
+                in_string = true;
+                out.push(c);
+            }
+            (true, '\\') => {
+                chars.next();
+            }
+            (true, '"') => {
+                in_string = false;
+                out.push(c);
+            }
+            (true, _) => {}
+            (false, _) => out.push(c),
+        }
+    }
+    out
+}
+
+/// The crate functions a line of a listing calls (or names, as in `map(Mask::for_heads)`):
+/// for each, the indices in `defs` of the functions it may be.
+fn calls_in(line: &str, defs: &[FnDef], types: &HashSet<String>, modules: &HashSet<String>) -> Vec<Vec<usize>> {
+    let code = code_only(line);
+    let bytes = code.as_bytes();
+    let is_ident = |b: u8| b.is_ascii_alphanumeric() || b == b'_';
+    let mut calls = Vec::new();
+    let mut i = 0;
+    while i < bytes.len() {
+        if !(bytes[i].is_ascii_alphabetic() || bytes[i] == b'_') || (i > 0 && is_ident(bytes[i - 1])) {
+            i += 1;
+            continue;
+        }
+        let start = i;
+        while i < bytes.len() && is_ident(bytes[i]) {
+            i += 1;
+        }
+        let name = &code[start..i];
+        let before = code[..start].trim_end();
+        if before == "fn" || before.ends_with(" fn") {
+            continue; // a definition, not a call
+        }
+        // After the name: an optional turbofish `::<...>`, then `(` for a call.
+        let mut after = code[i..].trim_start();
+        if let Some(rest) = after.strip_prefix("::<") {
+            let mut depth = 1;
+            let end = rest.char_indices().find(|&(_, c)| {
+                depth += match c {
+                    '<' => 1,
+                    '>' => -1,
+                    _ => 0,
+                };
+                depth == 0
+            });
+            after = end.map_or("", |(k, _)| rest[k + 1..].trim_start());
+        }
+        let is_call = after.starts_with('(');
+        let candidates: Vec<usize> = if let Some(path) = code[..start].strip_suffix("::") {
+            // `Q::name` or `Q::<T>::name`: the qualifier decides.
+            let mut path = path;
+            if path.ends_with('>') {
+                let mut depth = 0;
+                let open = path.char_indices().rev().find(|&(_, c)| {
+                    depth += match c {
+                        '>' => 1,
+                        '<' => -1,
+                        _ => 0,
+                    };
+                    depth == 0
+                });
+                path = open.map_or("", |(k, _)| path[..k].strip_suffix("::").unwrap_or(""));
+            }
+            let q_start = path.rfind(|c: char| !(c.is_alphanumeric() || c == '_')).map_or(0, |k| k + 1);
+            let qualifier = &path[q_start..];
+            defs.iter()
+                .enumerate()
+                .filter(|(_, d)| d.name == name)
+                .filter(|(_, d)| match &d.owner {
+                    Some(owner) => qualifier == "Self" || (types.contains(qualifier) && owner == qualifier),
+                    None => modules.contains(qualifier) && d.module == qualifier,
+                })
+                .map(|(k, _)| k)
+                .collect()
+        } else if before.ends_with('.') {
+            if !is_call || COMMON_METHOD_NAMES.contains(&name) {
+                continue;
+            }
+            defs.iter().enumerate().filter(|(_, d)| d.method && d.name == name).map(|(k, _)| k).collect()
+        } else {
+            if !is_call {
+                continue;
+            }
+            defs.iter().enumerate().filter(|(_, d)| d.owner.is_none() && d.name == name).map(|(k, _)| k).collect()
+        };
+        if !candidates.is_empty() {
+            calls.push(candidates);
+        }
+    }
+    calls
+}
+
+/// Walks the listings in reading order: a listing may call a function of the crate only if an
+/// earlier listing (or the same one) shows it, or if its page links to the page that does.
+fn unshown_calls(pages: &[(PathBuf, String, Vec<CodeBlock>)], crate_src: &Path) -> Result<Vec<String>> {
+    let (defs, types, modules) = crate_functions(crate_src)?;
+    let index: HashMap<(PathBuf, usize), usize> =
+        defs.iter().enumerate().map(|(k, d)| ((d.file.clone(), d.line), k)).collect();
+    let shown_in = |block: &CodeBlock| -> Vec<usize> {
+        block
+            .shown()
+            .filter_map(|(_, line)| line.source.as_ref())
+            .filter_map(|(file, i)| index.get(&(normalize(file), *i)).copied())
+            .collect()
+    };
+    // Where each function is first shown: the page's position in the book.
+    let mut first_page: HashMap<usize, usize> = HashMap::new();
+    for (p, (_, _, blocks)) in pages.iter().enumerate() {
+        for block in blocks.iter().filter(|b| b.is_listing()) {
+            for def in shown_in(block) {
+                first_page.entry(def).or_insert(p);
+            }
+        }
+    }
+    let mut shown = HashSet::new();
+    let mut problems = Vec::new();
+    for (p, (page, text, blocks)) in pages.iter().enumerate() {
+        for block in blocks.iter().filter(|b| b.is_listing()) {
+            shown.extend(shown_in(block));
+            for (line, page_line) in block.shown() {
+                let Some((file, i)) = &page_line.source else { continue };
+                if file.extension().is_none_or(|e| e != "rs") {
+                    continue;
+                }
+                for candidates in calls_in(&line, &defs, &types, &modules) {
+                    if candidates.iter().any(|k| shown.contains(k)) {
+                        continue;
+                    }
+                    let def = &defs[candidates[0]];
+                    let at = format!("{}:{}", shown_path(file), i + 1);
+                    let later = candidates.iter().filter_map(|k| first_page.get(k)).min();
+                    match later.map(|&q| (q, &pages[q].0)) {
+                        Some((q, _)) if q == p && text.contains("](#") => {}
+                        Some((q, target)) if q != p && linked(page, text, target) => {}
+                        Some((_, target)) => problems.push(format!(
+                            "{}: a listing calls `{}` ({at}) before any listing shows it; link to {} where it is shown",
+                            page.display(),
+                            def.path(),
+                            target.file_name().unwrap_or_default().to_string_lossy(),
+                        )),
+                        None => problems.push(format!(
+                            "{}: a listing calls `{}` ({at}), which no listing of the book shows",
+                            page.display(),
+                            def.path()
+                        )),
+                    }
+                }
+            }
+        }
+    }
+    problems.dedup();
+    Ok(problems)
+}
+
+/// Whether the Markdown of `page` links to the page `target` (a relative `](target.md` link).
+fn linked(page: &Path, text: &str, target: &Path) -> bool {
+    let name = target.file_name().unwrap_or_default().to_string_lossy();
+    let same_dir = page.parent() == target.parent();
+    same_dir && (text.contains(&format!("]({name})")) || text.contains(&format!("]({name}#")))
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -484,6 +1131,158 @@ mod tests {
         assert!(problems.contains("has no `ANCHOR_END: open`"), "{problems}");
         assert!(problems.contains("cannot read"), "{problems}");
         assert_eq!(problems.lines().count(), 3, "{problems}");
+    }
+
+    /// The text mdBook would put in place of a directive, line by line.
+    fn expanded(dir: &Path, directive: &str) -> Vec<String> {
+        expand_include(dir, directive).unwrap().1.into_iter().map(|(_, line)| line).collect()
+    }
+
+    #[test]
+    fn includes_expand_as_mdbook_expands_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let code = "/// Doc.\n// ANCHOR: f\nfn f() {\n// ANCHOR_END: f\n    /// Inner doc.\n// ANCHOR: f\n}\n\
+                    // ANCHOR_END: f\n// ANCHOR: other\nlet x = 1;\n// ANCHOR_END: other\n";
+        write(dir.path(), "code.rs", code);
+        // rustdoc_include: the whole file, lines outside the anchor hidden, every segment of
+        // the anchor shown in order, no marker line kept.
+        assert_eq!(
+            expanded(dir.path(), "rustdoc_include code.rs:f"),
+            ["# /// Doc.", "fn f() {", "#     /// Inner doc.", "}", "# let x = 1;"]
+        );
+        // include of an anchor: its first segment only.
+        assert_eq!(expanded(dir.path(), "include code.rs:f"), ["fn f() {"]);
+        // Line ranges, 1-based and inclusive, as mdBook reads `file:a:b`, `file:a` and `file::b`.
+        assert_eq!(expanded(dir.path(), "include code.rs:3:4"), ["fn f() {", "// ANCHOR_END: f"]);
+        assert_eq!(expanded(dir.path(), "include code.rs:3"), ["fn f() {"]);
+        assert_eq!(expanded(dir.path(), "include code.rs::1"), ["/// Doc."]);
+        assert_eq!(expanded(dir.path(), "rustdoc_include code.rs:3:3")[1..3], ["# // ANCHOR: f", "fn f() {"]);
+        assert_eq!(expanded(dir.path(), "include code.rs").len(), 11);
+        let (path, lines) = expand_include(dir.path(), "rustdoc_include code.rs:other").unwrap();
+        assert_eq!(path, dir.path().join("code.rs"));
+        assert_eq!(lines[4], (9, "let x = 1;".to_string()), "each line keeps its index in the file");
+    }
+
+    /// A book (`src`) with the given pages in SUMMARY order, and a crate under `src/../krate`.
+    fn listing_book(pages: &[(&str, &str)], crate_files: &[(&str, &str)]) -> tempfile::TempDir {
+        let dir = tempfile::tempdir().unwrap();
+        let summary: String = pages.iter().map(|(name, _)| format!("- [{name}]({name})\n")).collect();
+        write(dir.path(), "book/SUMMARY.md", &format!("# Summary\n\n{summary}"));
+        for (name, text) in pages {
+            write(dir.path(), &format!("book/{name}"), text);
+        }
+        for (name, text) in crate_files {
+            write(dir.path(), &format!("krate/{name}"), text);
+        }
+        dir
+    }
+
+    fn check(dir: &tempfile::TempDir) -> (ListingStats, String) {
+        let (stats, problems) = check_listings(&dir.path().join("book"), &dir.path().join("krate")).unwrap();
+        (stats, problems.join("\n"))
+    }
+
+    const LIB: &str = "\
+/// Adds.
+// ANCHOR: add
+pub fn add(a: f64, b: f64) -> f64 {
+    a + b
+}
+// ANCHOR_END: add
+
+pub struct Layer {
+    w: f64,
+}
+
+impl Layer {
+    /// Applies.
+    // ANCHOR: apply
+    pub fn apply(&self, x: f64) -> f64 {
+        add(self.w * x, 0.0)
+    }
+    // ANCHOR_END: apply
+
+    // ANCHOR: len
+    pub fn len(&self) -> usize {
+        1
+    }
+    // ANCHOR_END: len
+}
+
+// ANCHOR: twice
+pub fn twice(x: f64) -> f64 {
+    let v: Vec<f64> = vec![x];
+    let _ = v.len(); // a Vec's len, not Layer::len
+    Layer::apply(&Layer { w: 2.0 }, x)
+}
+// ANCHOR_END: twice
+";
+
+    #[test]
+    fn shown_lines_doc_share_and_width_are_measured_as_the_reader_sees_them() {
+        let long = format!("let s = \"{}\";", "x".repeat(90));
+        let page = format!(
+            "```rust,ignore\n{{{{#rustdoc_include ../krate/lib.rs:add}}}}\n```\n\n\
+             ```rust\n# hidden();\n#\n## shown_as_one_hash();\n{long}\n//! a doc line in a snippet\n```\n\n\
+             ```text\nplain output\n```\n"
+        );
+        let dir = listing_book(&[("ch1.md", &page)], &[("lib.rs", LIB)]);
+        let (stats, problems) = check(&dir);
+        // Shown: the 3 lines of `add`; 3 of the 5 snippet lines; 1 line of output.
+        assert_eq!(stats, ListingStats { shown: 7, doc: 1, listing_shown: 3, listing_doc: 0 });
+        assert!(problems.contains("a line of 101 columns (at most 95)"), "{problems}");
+        assert!(problems.contains("doc comments are 14.3 % of the lines"), "{problems}");
+        assert!(!problems.contains("hidden"), "a hidden line is not measured: {problems}");
+        assert_eq!(problems.lines().count(), 2, "{problems}");
+        assert!(stats.summary().starts_with("listings: 7 lines shown in code blocks, 1 doc-comment lines (14.3 %)"));
+
+        // The same listing anchored above its doc comment shows rustdoc, and fails.
+        let docs = LIB.replace("/// Adds.\n// ANCHOR: add\n", "// ANCHOR: add\n/// Adds.\n///\n/// More.\n");
+        let dir = listing_book(&[("ch1.md", "```rust,ignore\n{{#rustdoc_include ../krate/lib.rs:add}}\n```\n")], &[("lib.rs", &docs)]);
+        let (stats, problems) = check(&dir);
+        assert_eq!((stats.shown, stats.doc), (6, 3));
+        assert!(problems.contains("doc comments are 50.0 %"), "{problems}");
+    }
+
+    #[test]
+    fn anchors_must_be_balanced() {
+        let code = "// ANCHOR: a\nfn a() {}\n// ANCHOR: a\n// ANCHOR_END: a\n// ANCHOR_END: b\n// ANCHOR: c\nfn c() {}\n";
+        let page = "```rust,ignore\n{{#rustdoc_include ../krate/lib.rs:a}}\n```\n";
+        let dir = listing_book(&[("ch1.md", page)], &[("lib.rs", code)]);
+        let (_, problems) = check(&dir);
+        assert!(problems.contains("lib.rs:3: `ANCHOR: a` opens again before the one of line 1 is closed"), "{problems}");
+        assert!(problems.contains("lib.rs:5: `ANCHOR_END: b` closes no open `ANCHOR: b`"), "{problems}");
+        assert!(problems.contains("lib.rs:6: `ANCHOR: c` is never closed"), "{problems}");
+        assert_eq!(problems.lines().count(), 3, "{problems}");
+    }
+
+    #[test]
+    fn every_function_a_listing_calls_is_shown_earlier_or_linked() {
+        let include = |anchor: &str| format!("```rust,ignore\n{{{{#rustdoc_include ../krate/lib.rs:{anchor}}}}}\n```\n");
+        // `apply` calls `add`, shown on an earlier page; `twice` calls `Layer::apply`, shown
+        // just before it; `v.len()` is a Vec's, not `Layer::len`.
+        let good = [("ch1.md", include("add")), ("ch2.md", format!("{}{}", include("apply"), include("twice")))];
+        let good: Vec<(&str, &str)> = good.iter().map(|(n, t)| (*n, t.as_str())).collect();
+        let dir = listing_book(&good, &[("lib.rs", LIB)]);
+        assert_eq!(check(&dir).1, "");
+
+        // `add` shown only on a later page: the page must link there.
+        let later = [("ch1.md", include("apply")), ("ch2.md", include("add"))];
+        let later: Vec<(&str, &str)> = later.iter().map(|(n, t)| (*n, t.as_str())).collect();
+        let dir = listing_book(&later, &[("lib.rs", LIB)]);
+        let problems = check(&dir).1;
+        assert!(problems.contains("ch1.md: a listing calls `lib::add`"), "{problems}");
+        assert!(problems.contains("before any listing shows it; link to ch2.md"), "{problems}");
+        let linked = format!("{}`add` is [shown later](ch2.md#add).\n", include("apply"));
+        let dir = listing_book(&[("ch1.md", &linked), ("ch2.md", &include("add"))], &[("lib.rs", LIB)]);
+        assert_eq!(check(&dir).1, "");
+
+        // Never shown at all: `Layer::apply`, called by its path from `twice`.
+        let dir = listing_book(&[("ch1.md", &include("twice"))], &[("lib.rs", LIB)]);
+        let problems = check(&dir).1;
+        assert!(problems.contains("a listing calls `Layer::apply`"), "{problems}");
+        assert!(problems.contains("which no listing of the book shows"), "{problems}");
+        assert_eq!(problems.lines().count(), 1, "{problems}");
     }
 }
 
