@@ -885,7 +885,7 @@ fn parse_tag(raw: &str) -> Tag {
                     (&after[..end], &after[end..])
                 }
             };
-            value = decode_entities(v);
+            value = decode_character_references(v);
             rest = remaining.trim_start();
         }
         if !key.is_empty() {
@@ -895,9 +895,6 @@ fn parse_tag(raw: &str) -> Tag {
     Tag { name, attrs }
 }
 
-fn decode_entities(s: &str) -> String {
-    s.replace("&quot;", "\"").replace("&#39;", "'").replace("&lt;", "<").replace("&gt;", ">").replace("&amp;", "&")
-}
 
 fn is_external(url: &str) -> bool {
     let lower = url.to_ascii_lowercase();
@@ -1416,13 +1413,13 @@ fn quiz_page_problems(html_dir: &Path, file: &Path, text: &str, ids: &mut HashSe
         return problems;
     }
     // The questions are JSON in an attribute, escaped by mdbook-quiz with named and numeric
-    // character references (`&quot;`, `&#92;` for a backslash): read them raw, decode them once.
-    let raw = delimited(text, "data-quiz-questions=\"", "\"");
-    if raw.len() != placeholders.len() {
-        problems.push("a quiz placeholder has no data-quiz-questions".to_string());
-    }
-    for json in raw {
-        match serde_json::from_str::<serde_json::Value>(&decode_character_references(json)) {
+    // character references (`&quot;`, `&#92;` for a backslash), which `parse_tag` decodes.
+    for placeholder in placeholders {
+        let Some(json) = placeholder.attr("data-quiz-questions") else {
+            problems.push("a quiz placeholder has no data-quiz-questions".to_string());
+            continue;
+        };
+        match serde_json::from_str::<serde_json::Value>(json) {
             Ok(quiz) => problems.extend(quiz_problems(&quiz, ids)),
             Err(e) => problems.push(format!("the quiz's data-quiz-questions is not JSON: {e}")),
         }
