@@ -23,8 +23,10 @@
 //!   summary with the line `median_ms=<number>`: the median time of those N runs for the
 //!   attention computation alone (no file reading or writing). The files are written once.
 //!
-//! Any bad input (missing or malformed file, mixed dtypes, wrong shapes, NaN) stops the tool
-//! with one line `error: <file>: <problem>` and exit code 1, and no output file is written.
+//! `--help` describes every option. Bad data (a file missing, malformed or of the wrong
+//! shape) stops the tool with one line `error: <file>: <problem>` and exit code 1; a bad
+//! command line with clap's message and exit code 2; a signal while the outputs are written
+//! with exit code 128 + its number. A run that fails changes no file (Appendix C of the book).
 
 #[allow(dead_code)] // the module also holds the `multihead` tool
 mod reader_tools;

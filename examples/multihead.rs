@@ -4,7 +4,7 @@
 //! ```text
 //! cargo run --release --example multihead -- --x X.npy --wq WQ.npy --wk WK.npy --wv WV.npy \
 //!     --wo WO.npy --heads H [--mask causal | --mask M.npy] --out OUT.npy [--weights W.npy] \
-//!     [--png GRID.png [--labels "my,name,is,Aj"]]
+//!     [--png HEATMAP.png [--labels "my,name,is,Aj"]]
 //! ```
 //!
 //! - X is `(L, d_model)` or `(batch, L, d_model)`; each W is `(d_model, d_model)`, applied as
@@ -12,11 +12,13 @@
 //!   `attention::multihead` for `nn.MultiheadAttention`'s `in_proj_weight`).
 //! - H must divide `d_model`. M is bool `(L, L)` or `(batch, L, L)`, `true` = may attend.
 //! - OUT has X's shape; W is `(heads, L, L)` or `(batch, heads, L, L)`.
-//! - `--png GRID.png` draws every head's weights (one panel per batch item and head, one shared
+//! - `--png HEATMAP.png` draws every head's weights (one panel per batch item and head, one shared
 //!   colour scale), masked cells marked; `--labels` names the tokens, one per token.
 //!
-//! Any bad input stops the tool with one line `error: <file>: <problem>` and exit code 1,
-//! and no output file is written.
+//! `--help` describes every option. Bad data (a file missing, malformed or of the wrong
+//! shape) stops the tool with one line `error: <file>: <problem>` and exit code 1; a bad
+//! command line with clap's message and exit code 2; a signal while the outputs are written
+//! with exit code 128 + its number. A run that fails changes no file (Appendix C of the book).
 
 #[allow(dead_code)] // the module also holds the `attend` tool
 mod reader_tools;

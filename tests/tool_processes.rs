@@ -18,6 +18,7 @@
 #[allow(dead_code)]
 #[path = "../examples/reader_tools/mod.rs"]
 mod reader_tools;
+mod support;
 
 use std::ffi::OsString;
 use std::path::Path;
@@ -28,6 +29,7 @@ use ndarray::{Array, Array2};
 use ndarray_npy::write_npy;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
+use support::{files, fixture};
 use tempfile::TempDir;
 
 /// The environment variable that gives a child a hook between two outputs:
@@ -139,32 +141,8 @@ fn assert_one_error_line(out: &Output, what: &str) -> String {
     stderr
 }
 
-fn fixture(kind: &str, case: &str, file: &str) -> String {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures")
-        .join(kind)
-        .join(case)
-        .join(file)
-        .to_string_lossy()
-        .into_owned()
-}
-
 fn path_in(dir: &TempDir, name: &str) -> String {
     dir.path().join(name).to_string_lossy().into_owned()
-}
-
-/// Every file of a directory (hidden ones too) with its bytes, sorted by name.
-fn files(dir: &Path) -> Vec<(String, Vec<u8>)> {
-    let mut all: Vec<(String, Vec<u8>)> = std::fs::read_dir(dir)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.is_file())
-        .map(|p| {
-            (p.file_name().unwrap().to_string_lossy().into_owned(), std::fs::read(&p).unwrap())
-        })
-        .collect();
-    all.sort();
-    all
 }
 
 fn exit_codes_and_streams() {
@@ -408,44 +386,33 @@ fn old_outputs(dir: &TempDir, names: &[&str]) -> Vec<(String, Vec<u8>)> {
         .collect()
 }
 
+/// `attend`'s arguments for the causal fixture, writing out.npy, w.npy and w.png into `dir`.
+fn causal_to_three_outputs(dir: &TempDir) -> Vec<String> {
+    let case = "f64_causal_L6_dk8";
+    let mut args = Vec::new();
+    for name in ["q", "k", "v"] {
+        args.extend([format!("--{name}"), fixture("sdpa", case, &format!("{name}.npy"))]);
+    }
+    args.extend(["--mask".into(), "causal".into()]);
+    for (flag, name) in [("--out", "out.npy"), ("--weights", "w.npy"), ("--png", "w.png")] {
+        args.extend([flag.to_string(), path_in(dir, name)]);
+    }
+    args
+}
+
 /// Starts `attend` on the causal fixture writing out.npy, w.npy and w.png into `dir`, with
 /// the hook `pause:1` (it stops after out.npy is in place, before w.npy), and waits until it
 /// is there.
 fn paused_between_outputs(dir: &TempDir) -> std::process::Child {
-    let case = "f64_causal_L6_dk8";
-    let (q, k, v) = (
-        fixture("sdpa", case, "q.npy"),
-        fixture("sdpa", case, "k.npy"),
-        fixture("sdpa", case, "v.npy"),
-    );
-    let (out, w, png) =
-        (path_in(dir, "out.npy"), path_in(dir, "w.npy"), path_in(dir, "w.png"));
     let ready = dir.path().with_extension("ready");
     let _ = std::fs::remove_file(&ready);
-    let child = tool(
-        "attend",
-        &[
-            "--q",
-            &q,
-            "--k",
-            &k,
-            "--v",
-            &v,
-            "--mask",
-            "causal",
-            "--out",
-            &out,
-            "--weights",
-            &w,
-            "--png",
-            &png,
-        ],
-    )
-    .env(HOOK, format!("pause:1:{}", ready.display()))
-    .stdout(Stdio::piped())
-    .stderr(Stdio::piped())
-    .spawn()
-    .unwrap();
+    let args = causal_to_three_outputs(dir);
+    let child = tool("attend", &args.iter().map(String::as_str).collect::<Vec<_>>())
+        .env(HOOK, format!("pause:1:{}", ready.display()))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
     let start = Instant::now();
     while !ready.exists() {
         assert!(
@@ -577,30 +544,8 @@ fn a_hard_kill_leaves_each_output_old_or_whole() {
     // Deterministic: killed between the two outputs.
     let dir = TempDir::new().unwrap();
     let names = ["out.npy", "w.npy", "w.png"];
-    let case = "f64_causal_L6_dk8";
-    let (q, k, v) = (
-        fixture("sdpa", case, "q.npy"),
-        fixture("sdpa", case, "k.npy"),
-        fixture("sdpa", case, "v.npy"),
-    );
-    let (out, w, png) =
-        (path_in(&dir, "out.npy"), path_in(&dir, "w.npy"), path_in(&dir, "w.png"));
-    let args = [
-        "--q",
-        &q,
-        "--k",
-        &k,
-        "--v",
-        &v,
-        "--mask",
-        "causal",
-        "--out",
-        &out,
-        "--weights",
-        &w,
-        "--png",
-        &png,
-    ];
+    let args = causal_to_three_outputs(&dir);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let new = reference(&args, &names, &dir);
     let old = old_outputs(&dir, &names);
     let mut child = paused_between_outputs(&dir);
@@ -650,5 +595,7 @@ fn a_hard_kill_leaves_each_output_old_or_whole() {
             }
         }
     }
-    println!("  {KILLS} runs killed at random (one run takes {full:.0?}): out/w states {tally:?}");
+    println!(
+        "  {KILLS} runs killed at random (one run takes {full:.0?}): out/w states {tally:?}"
+    );
 }

@@ -8,25 +8,18 @@
 #[allow(dead_code)]
 #[path = "../examples/reader_tools/mod.rs"]
 mod reader_tools;
+mod support;
 
 use std::ffi::OsString;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use ndarray::{Array, ArrayD, Dimension, IxDyn};
 use ndarray_npy::{read_npy, write_npy};
 use reader_tools::{Failure, attend, multihead};
+use support::{files, fixture};
 use tempfile::TempDir;
 
 type Run = fn(Vec<OsString>) -> Result<String, Failure>;
-
-fn fixture(kind: &str, case: &str, file: &str) -> String {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures")
-        .join(kind)
-        .join(case)
-        .join(file);
-    path.to_string_lossy().into_owned()
-}
 
 fn args(list: &[&str]) -> Vec<String> {
     list.iter().map(|s| s.to_string()).collect()
@@ -60,22 +53,6 @@ fn out_path(dir: &TempDir, name: &str) -> String {
 fn max_diff(a: &ArrayD<f64>, b: &ArrayD<f64>) -> f64 {
     assert_eq!(a.shape(), b.shape());
     a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f64::max)
-}
-
-/// Files in a directory with their contents, sorted (to check that nothing, not even a
-/// temporary file, is added, removed or changed).
-fn snapshot(dir: &Path) -> Vec<(PathBuf, Vec<u8>)> {
-    let mut files: Vec<(PathBuf, Vec<u8>)> = std::fs::read_dir(dir)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.is_file())
-        .map(|p| {
-            let bytes = std::fs::read(&p).unwrap();
-            (p, bytes)
-        })
-        .collect();
-    files.sort();
-    files
 }
 
 /// The q, k, v arguments of an SDPA fixture case.
@@ -184,7 +161,7 @@ fn assert_fails(
     file: &str,
     problem: &str,
 ) {
-    let before = snapshot(dir.path());
+    let before = files(dir.path());
     let failure = run(list).expect_err("the tool should refuse this input");
     let Failure::Data(message) = &failure else {
         panic!("expected a data error (exit 1), got:\n{}", failure.message())
@@ -193,7 +170,7 @@ fn assert_fails(
     assert!(message.starts_with(file), "message should start with {file:?}: {message}");
     assert!(message.contains(problem), "message should say {problem:?}: {message}");
     assert!(!failure.message().contains('\n'), "one line only: {message}");
-    assert_eq!(snapshot(dir.path()), before, "a failed run must leave every file as it was");
+    assert_eq!(files(dir.path()), before, "a failed run must leave every file as it was");
 }
 
 /// Runs a tool that must refuse its command line: clap's standard error, exit code 2, saying
@@ -204,7 +181,7 @@ fn assert_usage(
     dir: &TempDir,
     problem: &str,
 ) {
-    let before = snapshot(dir.path());
+    let before = files(dir.path());
     let failure = run(list).expect_err("the tool should refuse this command line");
     assert!(
         matches!(failure, Failure::Usage(_)),
@@ -216,7 +193,7 @@ fn assert_usage(
     assert!(message.starts_with("error: "), "{message}");
     assert!(message.contains(problem), "message should say {problem:?}:\n{message}");
     assert!(message.contains("For more information, try '--help'."), "{message}");
-    assert_eq!(snapshot(dir.path()), before, "a refused run must leave every file as it was");
+    assert_eq!(files(dir.path()), before, "a refused run must leave every file as it was");
 }
 
 #[test]
@@ -582,7 +559,7 @@ fn no_path_spelling_lets_an_output_replace_an_input() {
         for (spelling, input_name) in spellings {
             let list = base(out_flag, &spelling);
             let flag = format!("--{input_name} ");
-            let before = snapshot(dir.path());
+            let before = files(dir.path());
             let failure = attend_run(&list).expect_err(&spelling);
             let message = failure.message();
             assert_eq!(failure.exit_code(), 2, "{message}");
@@ -591,7 +568,7 @@ fn no_path_spelling_lets_an_output_replace_an_input() {
                 "{spelling}: {message}"
             );
             assert!(message.contains(&flag), "{spelling} is {flag}: {message}");
-            assert_eq!(snapshot(dir.path()), before, "{spelling}");
+            assert_eq!(files(dir.path()), before, "{spelling}");
         }
     }
     // multihead: every input against --out, through "./".
@@ -704,10 +681,7 @@ fn outputs_replace_files_and_keep_their_permissions() {
             .file_type()
             .is_symlink()
     );
-    let names: Vec<String> = snapshot(dir.path())
-        .iter()
-        .map(|(p, _)| p.file_name().unwrap().to_string_lossy().into_owned())
-        .collect();
+    let names: Vec<String> = files(dir.path()).into_iter().map(|(name, _)| name).collect();
     assert_eq!(names, ["out.npy", "via-link.npy"], "no temporary or backup file is left");
 }
 

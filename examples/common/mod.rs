@@ -54,13 +54,9 @@ pub struct ChapterCli {
 
 /// The clap command of the example `name` (its `CARGO_CRATE_NAME`) described by `about`.
 pub fn command<C: clap::CommandFactory>(name: &'static str, about: &'static str) -> clap::Command {
-    C::command()
-        .name(name)
-        .about(about)
-        .version(env!("CARGO_PKG_VERSION"))
-        .after_help(format!(
-            "Run from the repository root: cargo run --release --example {name} -- [OPTIONS]"
-        ))
+    C::command().name(name).about(about).version(env!("CARGO_PKG_VERSION")).after_help(format!(
+        "Run from the repository root: cargo run --release --example {name} -- [OPTIONS]"
+    ))
 }
 
 /// Parses the process's command line as clap does: `--help` and `--version` print and exit 0
@@ -73,9 +69,7 @@ pub fn parse<C: clap::Parser>(name: &'static str, about: &'static str) -> C {
 
 /// The default: `book/img` next to the root `Cargo.toml`.
 pub fn default_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("book")
-        .join("img")
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("book").join("img")
 }
 
 /// Picks the directory: the `--out-dir` flag, else the environment variable's value (when not
@@ -109,10 +103,7 @@ pub fn run_chapter(
 /// byte for byte what the book shows.
 pub fn render_into(dir: &Path, render: Render) -> Result<(), Box<dyn std::error::Error>> {
     let written = render(dir)?;
-    for path in written
-        .iter()
-        .filter(|p| p.extension().is_some_and(|e| e == "txt"))
-    {
+    for path in written.iter().filter(|p| p.extension().is_some_and(|e| e == "txt")) {
         print!("{}", std::fs::read_to_string(path)?);
     }
     for path in &written {

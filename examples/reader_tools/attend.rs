@@ -14,8 +14,8 @@ use ndarray_npy::WritableElement;
 
 use super::outputs::{Named, Outputs, check_distinct};
 use super::{
-    Failure, Picture, Tensor, at_least_one, explain, load_bool, png_path, same_dtype, shape_text,
-    usage, wrote,
+    Failure, MaskArg, Picture, Tensor, Written, at_least_one, explain, load_bool, same_dtype,
+    shape_text, usage, wrote,
 };
 
 #[path = "../common/timing.rs"]
@@ -26,9 +26,9 @@ pub const TILED_FROM: usize = 256 * 256;
 
 /// Scaled dot-product attention, softmax(Q·Kᵀ/√d_k + mask)·V, on your own tensors.
 ///
-/// Reads Q, K and V (and a mask) from NumPy .npy files and writes the output (and the
-/// weights) as .npy files, in the inputs' dtype; it can also draw the weights as a PNG
-/// heatmap. Q, K and V are float32 or float64 (all the same), with the same 0, 1 or 2
+/// Reads Q, K and V (and a mask) from NumPy .npy files and writes the output, (…, L_q, d_v),
+/// and the weights, (…, L_q, L_k), as .npy files in the inputs' dtype; it can also draw the
+/// weights as a PNG heatmap. Q, K and V are float32 or float64 (all the same), with the same 0, 1 or 2
 /// leading axes (batch, heads). d_k is the last axis of Q; the scale is √d_k.
 #[derive(Parser, Debug)]
 #[command(
@@ -55,23 +55,8 @@ pub struct Cli {
     /// attend, that broadcasts to the weights (…, L_q, L_k) as PyTorch's attn_mask does
     #[arg(long, value_name = "causal|M.npy", value_parser = MaskArg::parse)]
     pub mask: Option<MaskArg>,
-    /// Where to write the output, (…, L_q, d_v)
-    #[arg(long, value_name = "OUT.npy")]
-    pub out: PathBuf,
-    /// Where to write the attention weights, (…, L_q, L_k)
-    #[arg(long, value_name = "W.npy")]
-    pub weights: Option<PathBuf>,
-    /// Draw the weights: one heatmap, or one panel per batch item and head (at most 64)
-    #[arg(long, value_name = "HEATMAP.png", value_parser = png_path)]
-    pub png: Option<PathBuf>,
-    /// Name the tokens of the heatmap, comma-separated, one per token (at most 64)
-    #[arg(
-        long,
-        value_name = "a,b,c",
-        requires = "png",
-        allow_hyphen_values = true
-    )]
-    pub labels: Option<String>,
+    #[command(flatten)]
+    pub written: Written,
     /// How to compute. Default: plain when the weights are asked for or a matrix has fewer
     /// than 256 × 256 scores, else tiled (RAYON_NUM_THREADS=N limits its threads)
     #[arg(long = "impl", value_name = "IMPL", value_enum)]
@@ -80,32 +65,6 @@ pub struct Cli {
     /// `median_ms=<number>` (the files are written once)
     #[arg(long, value_name = "N", value_parser = at_least_one, allow_negative_numbers = true)]
     pub bench: Option<u32>,
-}
-
-/// `--mask`: the causal mask, or a file.
-#[derive(Clone, Debug, PartialEq)]
-pub enum MaskArg {
-    /// `--mask causal`.
-    Causal,
-    /// `--mask M.npy` (a file named `causal` is `--mask ./causal`).
-    File(PathBuf),
-}
-
-impl MaskArg {
-    fn parse(text: &str) -> Result<MaskArg, String> {
-        Ok(if text == "causal" {
-            MaskArg::Causal
-        } else {
-            MaskArg::File(text.into())
-        })
-    }
-
-    fn describe(&self) -> String {
-        match self {
-            MaskArg::Causal => "causal".into(),
-            MaskArg::File(path) => path.display().to_string(),
-        }
-    }
 }
 
 /// Which implementation computes the attention (`--impl`).
@@ -141,53 +100,23 @@ impl Impl {
 /// whose last line is `median_ms=<number>`).
 pub fn run(args: Vec<OsString>) -> Result<String, Failure> {
     let cli = Cli::try_parse_from(args)?;
-    let wants_weights = cli.weights.is_some() || cli.png.is_some();
-    if cli.implementation == Some(Impl::Tiled) && wants_weights {
+    if cli.implementation == Some(Impl::Tiled) && cli.written.wants_weights() {
         return Err(usage::<Cli>(
             ErrorKind::ArgumentConflict,
             "--impl tiled never forms the weights: drop --weights and --png, or use --impl plain",
         ));
     }
     let mut inputs = vec![
-        Named {
-            flag: "--q",
-            path: &cli.q,
-        },
-        Named {
-            flag: "--k",
-            path: &cli.k,
-        },
-        Named {
-            flag: "--v",
-            path: &cli.v,
-        },
+        Named { flag: "--q", path: &cli.q },
+        Named { flag: "--k", path: &cli.k },
+        Named { flag: "--v", path: &cli.v },
     ];
-    if let Some(MaskArg::File(path)) = &cli.mask {
-        inputs.push(Named {
-            flag: "--mask",
-            path,
-        });
-    }
-    let mut outputs = vec![Named {
-        flag: "--out",
-        path: &cli.out,
-    }];
-    outputs.extend(cli.weights.as_deref().map(|path| Named {
-        flag: "--weights",
-        path,
-    }));
-    outputs.extend(cli.png.as_deref().map(|path| Named {
-        flag: "--png",
-        path,
-    }));
-    check_distinct(&inputs, &outputs)
+    let mask_file = cli.mask.as_ref().and_then(MaskArg::file);
+    inputs.extend(mask_file.map(|path| Named { flag: "--mask", path }));
+    check_distinct(&inputs, &cli.written.named())
         .map_err(|message| usage::<Cli>(ErrorKind::ArgumentConflict, message))?;
 
-    let (q, k, v) = (
-        Tensor::load(&cli.q)?,
-        Tensor::load(&cli.k)?,
-        Tensor::load(&cli.v)?,
-    );
+    let (q, k, v) = (Tensor::load(&cli.q)?, Tensor::load(&cli.k)?, Tensor::load(&cli.v)?);
     same_dtype(&[(&cli.q, &q), (&cli.k, &k), (&cli.v, &v)])?;
     for (path, t) in [(&cli.q, &q), (&cli.k, &k), (&cli.v, &v)] {
         if !(2..=4).contains(&t.shape().len()) {
@@ -238,23 +167,11 @@ fn attend<A: Float + WritableElement>(
     k: ArrayD<A>,
     v: ArrayD<A>,
 ) -> Result<String, Failure> {
-    let mask_path = match &cli.mask {
-        Some(MaskArg::File(path)) => path.as_path(),
-        _ => Path::new("--mask"),
-    };
-    let files = [
-        ("q", cli.q.as_path()),
-        ("k", &cli.k),
-        ("v", &cli.v),
-        ("mask", mask_path),
-    ];
+    let mask_path = cli.mask.as_ref().and_then(MaskArg::file).unwrap_or(Path::new("--mask"));
+    let files = [("q", cli.q.as_path()), ("k", &cli.k), ("v", &cli.v), ("mask", mask_path)];
     let n = q.ndim();
     if k.ndim() != n || v.ndim() != n {
-        let (path, other) = if k.ndim() != n {
-            (&cli.k, &k)
-        } else {
-            (&cli.v, &v)
-        };
+        let (path, other) = if k.ndim() != n { (&cli.k, &k) } else { (&cli.v, &v) };
         return Err(Failure::Data(format!(
             "{}: has {} axes but {} has {n}: Q, K and V need the same leading axes",
             path.display(),
@@ -270,8 +187,8 @@ fn attend<A: Float + WritableElement>(
         Some(MaskArg::Causal) => Some(Mask::causal_rect(l_q, l_k)),
         Some(MaskArg::File(path)) => Some(load_mask(path, &weights_shape)?),
     };
-    let wants_weights = cli.weights.is_some() || cli.png.is_some();
-    let implementation = Impl::choose(cli.implementation, wants_weights, l_q * l_k);
+    let implementation =
+        Impl::choose(cli.implementation, cli.written.wants_weights(), l_q * l_k);
     let masking = match (&cli.mask, &mask) {
         (Some(MaskArg::Causal), _) => Masking::Causal,
         (_, Some(mask)) => Masking::Mask(mask),
@@ -282,26 +199,23 @@ fn attend<A: Float + WritableElement>(
         Impl::Plain => {
             sdpa_batched(&q, &k, &v, mask.as_ref()).map(|att| (att.output, Some(att.weights)))
         }
-        Impl::Tiled => {
-            tiled_sdpa_batched(&q, &k, &v, masking, Tiles::default()).map(|output| (output, None))
-        }
+        Impl::Tiled => tiled_sdpa_batched(&q, &k, &v, masking, Tiles::default())
+            .map(|output| (output, None)),
     };
     let (output, weights) = compute().map_err(|e| explain(&e, &files))?;
-    let median_ms = cli
-        .bench
-        .map(|runs| timing::median_ms(runs as usize, compute));
+    let median_ms = cli.bench.map(|runs| timing::median_ms(runs as usize, compute));
 
     let mut outputs = Outputs::new();
     let mut written = vec![format!("output {}", shape_text(output.shape()))];
-    outputs.write_npy(&cli.out, &output)?;
-    if let (Some(path), Some(weights)) = (&cli.weights, &weights) {
+    outputs.write_npy(&cli.written.out, &output)?;
+    if let (Some(path), Some(weights)) = (&cli.written.weights, &weights) {
         outputs.write_npy(path, weights)?;
         written.push(format!("weights {}", shape_text(weights.shape())));
     }
-    if let Some(path) = &cli.png {
+    if let Some(path) = &cli.written.png {
         let picture = Picture {
             path,
-            labels: cli.labels.as_deref(),
+            labels: cli.written.labels.as_deref(),
             title: format!(
                 "Attention weights ({})",
                 cli.mask
@@ -310,9 +224,7 @@ fn attend<A: Float + WritableElement>(
             ),
             axes: &["batch", "head"][..n - 2],
         };
-        let weights = weights
-            .as_ref()
-            .expect("the plain path runs whenever --png is given");
+        let weights = weights.as_ref().expect("the plain path runs whenever --png is given");
         let png = picture.render(weights, mask.as_ref().map(Mask::as_array))?;
         outputs.write_bytes(path, &png)?;
         written.push("heatmap of the weights".into());

@@ -119,6 +119,73 @@ pub fn png_path(text: &str) -> Result<PathBuf, String> {
     }
 }
 
+/// What a run writes: the four options both tools share.
+#[derive(clap::Args, Debug)]
+pub struct Written {
+    /// Where to write the output (its shape: see above)
+    #[arg(long, value_name = "OUT.npy")]
+    pub out: PathBuf,
+    /// Where to write the attention weights, one (L_q, L_k) matrix per batch item and head
+    #[arg(long, value_name = "W.npy")]
+    pub weights: Option<PathBuf>,
+    /// Draw the weights as a PNG: one heatmap, or a grid with one per batch item and head (at
+    /// most 64)
+    #[arg(long, value_name = "HEATMAP.png", value_parser = png_path)]
+    pub png: Option<PathBuf>,
+    /// Name the tokens of the heatmap, comma-separated, one per token (at most 64)
+    #[arg(long, value_name = "a,b,c", requires = "png", allow_hyphen_values = true)]
+    pub labels: Option<String>,
+}
+
+impl Written {
+    /// The output paths with the options that named them, for [`outputs::check_distinct`].
+    pub fn named(&self) -> Vec<outputs::Named<'_>> {
+        let mut named = vec![outputs::Named { flag: "--out", path: &self.out }];
+        named.extend(
+            self.weights.as_deref().map(|path| outputs::Named { flag: "--weights", path }),
+        );
+        named.extend(self.png.as_deref().map(|path| outputs::Named { flag: "--png", path }));
+        named
+    }
+
+    /// Whether the run must form the weights (to write them or to draw them).
+    pub fn wants_weights(&self) -> bool {
+        self.weights.is_some() || self.png.is_some()
+    }
+}
+
+/// `--mask`: the causal mask, or a file.
+#[derive(Clone, Debug, PartialEq)]
+pub enum MaskArg {
+    /// `--mask causal`.
+    Causal,
+    /// `--mask M.npy` (a file named `causal` is `--mask ./causal`).
+    File(PathBuf),
+}
+
+impl MaskArg {
+    /// Parses `--mask`'s value.
+    pub fn parse(text: &str) -> Result<MaskArg, String> {
+        Ok(if text == "causal" { MaskArg::Causal } else { MaskArg::File(text.into()) })
+    }
+
+    /// The mask file, if it is one.
+    pub fn file(&self) -> Option<&Path> {
+        match self {
+            MaskArg::Causal => None,
+            MaskArg::File(path) => Some(path),
+        }
+    }
+
+    /// `causal` or the file's path, for titles.
+    pub fn describe(&self) -> String {
+        match self {
+            MaskArg::Causal => "causal".into(),
+            MaskArg::File(path) => path.display().to_string(),
+        }
+    }
+}
+
 /// A count given on the command line (`--heads`, `--bench`): a whole number, at least 1.
 pub fn at_least_one(text: &str) -> Result<u32, String> {
     match text.parse::<u32>() {
@@ -191,11 +258,7 @@ pub fn load_bool(path: &Path) -> Result<ArrayD<bool>, Failure> {
 
 fn check_finite<A: Float>(path: &Path, a: &ArrayD<A>) -> Result<(), Failure> {
     if let Some((index, x)) = a.indexed_iter().find(|(_, x)| !x.is_finite()) {
-        let what = if x.is_nan() {
-            "NaN"
-        } else {
-            "an infinite value"
-        };
+        let what = if x.is_nan() { "NaN" } else { "an infinite value" };
         return Err(Failure::Data(format!(
             "{}: contains {what} at index {:?}",
             path.display(),
@@ -230,13 +293,8 @@ pub fn explain(error: &AttentionError, files: &[(&str, &Path)]) -> Failure {
             .find(|(name, _)| *name == operand)
             .map(|(_, path)| path.display().to_string())
     };
-    let all = || {
-        files
-            .iter()
-            .map(|(_, p)| p.display().to_string())
-            .collect::<Vec<_>>()
-            .join(", ")
-    };
+    let all =
+        || files.iter().map(|(_, p)| p.display().to_string()).collect::<Vec<_>>().join(", ");
     let named = match error {
         AttentionError::Mismatch { left, right, .. }
         | AttentionError::Batch { left, right, .. } => match (file(left), file(right)) {
@@ -321,24 +379,23 @@ impl Picture<'_> {
                 map = map.labels(labels);
             }
             if let Some(allowed) = &allowed {
-                map = map.allowed(&allowed.view().into_dimensionality::<Ix2>().expect("2 axes"));
+                map =
+                    map.allowed(&allowed.view().into_dimensionality::<Ix2>().expect("2 axes"));
             }
             map.to_png()
         } else {
-            let flat = weights
-                .to_shape((panels, l_q, l_k))
-                .expect("same number of elements");
-            let flat_allowed = allowed.as_ref().map(|a| {
-                a.to_shape((panels, l_q, l_k))
-                    .expect("same number of elements")
-            });
+            let flat = weights.to_shape((panels, l_q, l_k)).expect("same number of elements");
+            let flat_allowed = allowed
+                .as_ref()
+                .map(|a| a.to_shape((panels, l_q, l_k)).expect("same number of elements"));
             let mut grid = HeatmapGrid::new()
                 .title(self.title.clone())
                 .range(ValueRange::Fixed(0.0, 1.0))
                 .colorbar_label("attention weight")
                 .mask_mark("0");
             for (i, matrix) in flat.axis_iter(Axis(0)).enumerate() {
-                let mut panel = Panel::new(&matrix).title(self.panel_title(weights.shape(), i));
+                let mut panel =
+                    Panel::new(&matrix).title(self.panel_title(weights.shape(), i));
                 if let Some(labels) = &labels {
                     panel = panel.labels(labels);
                 }
@@ -386,12 +443,8 @@ impl Picture<'_> {
             *slot = i % size;
             i /= size;
         }
-        let parts: Vec<String> = self
-            .axes
-            .iter()
-            .zip(&index)
-            .map(|(name, k)| format!("{name} {k}"))
-            .collect();
+        let parts: Vec<String> =
+            self.axes.iter().zip(&index).map(|(name, k)| format!("{name} {k}")).collect();
         parts.join(", ")
     }
 }
@@ -399,9 +452,7 @@ impl Picture<'_> {
 /// What the summary line says about the files a run wrote, e.g.
 /// `wrote out.npy (output (6, 8)) and w.npy (weights (6, 6))`.
 pub fn wrote(written: &[(String, String)]) -> String {
-    let parts: Vec<String> = written
-        .iter()
-        .map(|(path, what)| format!("{path} ({what})"))
-        .collect();
+    let parts: Vec<String> =
+        written.iter().map(|(path, what)| format!("{path} ({what})")).collect();
     format!("wrote {}", parts.join(" and "))
 }

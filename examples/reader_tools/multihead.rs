@@ -13,8 +13,8 @@ use ndarray_npy::WritableElement;
 
 use super::outputs::{Named, Outputs, check_distinct};
 use super::{
-    Failure, Picture, Tensor, at_least_one, explain, load_bool, png_path, same_dtype, shape_text,
-    usage, wrote,
+    Failure, MaskArg, Picture, Tensor, Written, at_least_one, explain, load_bool, same_dtype,
+    shape_text, usage, wrote,
 };
 
 /// Multi-head self-attention on your own tensors: X·W_Q, W_K, W_V split into heads, scaled
@@ -22,8 +22,8 @@ use super::{
 ///
 /// Reads X and the four (d_model, d_model) matrices from NumPy .npy files (all float32 or all
 /// float64; applied as X·W, so a PyTorch nn.Linear weight must be transposed first) and writes
-/// the output (and every head's weights) in the same dtype; it can also draw the weights.
-/// There are no biases.
+/// the output, X's shape, and every head's weights, (heads, L, L) or (batch, heads, L, L), in
+/// the same dtype; it can also draw the weights. There are no biases.
 #[derive(Parser, Debug)]
 #[command(
     name = "multihead",
@@ -58,34 +58,10 @@ pub struct Cli {
     pub heads: u32,
     /// `causal`, or a bool .npy, True = may attend: (L, L), or (batch, L, L) for a batch (one
     /// mask per item, e.g. padding, applied to every head)
-    #[arg(long, value_name = "causal|M.npy")]
-    pub mask: Option<String>,
-    /// Where to write the output, X's shape
-    #[arg(long, value_name = "OUT.npy")]
-    pub out: PathBuf,
-    /// Where to write every head's weights, (heads, L, L) or (batch, heads, L, L)
-    #[arg(long, value_name = "W.npy")]
-    pub weights: Option<PathBuf>,
-    /// Draw every head's weights, one panel per batch item and head (at most 64)
-    #[arg(long, value_name = "GRID.png", value_parser = png_path)]
-    pub png: Option<PathBuf>,
-    /// Name the tokens, comma-separated, one per token (at most 64)
-    #[arg(
-        long,
-        value_name = "a,b,c",
-        requires = "png",
-        allow_hyphen_values = true
-    )]
-    pub labels: Option<String>,
-}
-
-impl Cli {
-    fn mask_file(&self) -> Option<&Path> {
-        self.mask
-            .as_deref()
-            .filter(|m| *m != "causal")
-            .map(Path::new)
-    }
+    #[arg(long, value_name = "causal|M.npy", value_parser = MaskArg::parse)]
+    pub mask: Option<MaskArg>,
+    #[command(flatten)]
+    pub written: Written,
 }
 
 /// Runs the tool on its arguments (the program name first): reads X and the four matrices,
@@ -93,30 +69,13 @@ impl Cli {
 pub fn run(args: Vec<OsString>) -> Result<String, Failure> {
     let cli = Cli::try_parse_from(args)?;
     let w_paths = [&cli.wq, &cli.wk, &cli.wv, &cli.wo];
-    let mut inputs = vec![Named {
-        flag: "--x",
-        path: &cli.x,
-    }];
+    let mut inputs = vec![Named { flag: "--x", path: &cli.x }];
     for (flag, path) in ["--wq", "--wk", "--wv", "--wo"].into_iter().zip(w_paths) {
         inputs.push(Named { flag, path });
     }
-    inputs.extend(cli.mask_file().map(|path| Named {
-        flag: "--mask",
-        path,
-    }));
-    let mut outputs = vec![Named {
-        flag: "--out",
-        path: &cli.out,
-    }];
-    outputs.extend(cli.weights.as_deref().map(|path| Named {
-        flag: "--weights",
-        path,
-    }));
-    outputs.extend(cli.png.as_deref().map(|path| Named {
-        flag: "--png",
-        path,
-    }));
-    check_distinct(&inputs, &outputs)
+    let mask_file = cli.mask.as_ref().and_then(MaskArg::file);
+    inputs.extend(mask_file.map(|path| Named { flag: "--mask", path }));
+    check_distinct(&inputs, &cli.written.named())
         .map_err(|message| usage::<Cli>(ErrorKind::ArgumentConflict, message))?;
 
     let x = Tensor::load(&cli.x)?;
@@ -130,24 +89,12 @@ pub fn run(args: Vec<OsString>) -> Result<String, Failure> {
     files.extend(w_paths.iter().map(|p| p.as_path()).zip(&w));
     same_dtype(&files)?;
     match (x, w) {
-        (
-            Tensor::F32(x),
-            [
-                Tensor::F32(q),
-                Tensor::F32(k),
-                Tensor::F32(v),
-                Tensor::F32(o),
-            ],
-        ) => multihead(&cli, x, [q, k, v, o]),
-        (
-            Tensor::F64(x),
-            [
-                Tensor::F64(q),
-                Tensor::F64(k),
-                Tensor::F64(v),
-                Tensor::F64(o),
-            ],
-        ) => multihead(&cli, x, [q, k, v, o]),
+        (Tensor::F32(x), [Tensor::F32(q), Tensor::F32(k), Tensor::F32(v), Tensor::F32(o)]) => {
+            multihead(&cli, x, [q, k, v, o])
+        }
+        (Tensor::F64(x), [Tensor::F64(q), Tensor::F64(k), Tensor::F64(v), Tensor::F64(o)]) => {
+            multihead(&cli, x, [q, k, v, o])
+        }
         _ => unreachable!("same_dtype checked that all five agree"),
     }
 }
@@ -179,14 +126,15 @@ fn multihead<A: Float + WritableElement>(
     }
     let [w_q, w_k, w_v, w_o]: [Array2<A>; 4] = matrices.try_into().expect("four matrices");
     let heads = cli.heads as usize;
-    let mha = MultiHeadAttention::new(w_q, w_k, w_v, w_o, heads)
-        .map_err(|e| Failure::Data(format!("{x_shown}: {e} (d_model is the last axis of X)")))?;
+    let mha = MultiHeadAttention::new(w_q, w_k, w_v, w_o, heads).map_err(|e| {
+        Failure::Data(format!("{x_shown}: {e} (d_model is the last axis of X)"))
+    })?;
 
     let l = x.shape()[x.ndim() - 2];
-    let mask = match (cli.mask.as_deref(), cli.mask_file()) {
-        (None, _) => None,
-        (_, None) => Some(Mask::causal(l)),
-        (_, Some(path)) => {
+    let mask = match &cli.mask {
+        None => None,
+        Some(MaskArg::Causal) => Some(Mask::causal(l)),
+        Some(MaskArg::File(path)) => {
             let allowed = load_bool(path)?;
             let per_item = [x.shape()[0], l, l];
             if allowed.shape() != [l, l] && !(x.ndim() == 3 && allowed.shape() == per_item) {
@@ -211,38 +159,30 @@ fn multihead<A: Float + WritableElement>(
             )
         }
     };
-    let mask_path = cli.mask_file().unwrap_or(Path::new("--mask"));
+    let mask_path = cli.mask.as_ref().and_then(MaskArg::file).unwrap_or(Path::new("--mask"));
     let files = [("x", cli.x.as_path()), ("mask", mask_path)];
-    let panel_axes: &[&str] = if x.ndim() == 2 {
-        &["head"]
-    } else {
-        &["batch", "head"]
-    };
+    let panel_axes: &[&str] = if x.ndim() == 2 { &["head"] } else { &["batch", "head"] };
     let (output, weights) = if x.ndim() == 2 {
         let x = x.into_dimensionality::<Ix2>().expect("checked: 2 axes");
-        let out = mha
-            .forward(&x, mask.as_ref())
-            .map_err(|e| explain(&e, &files))?;
+        let out = mha.forward(&x, mask.as_ref()).map_err(|e| explain(&e, &files))?;
         (out.output.into_dyn(), out.weights.into_dyn())
     } else {
         let x = x.into_dimensionality::<Ix3>().expect("checked: 3 axes");
-        let out = mha
-            .forward_batched(&x, mask.as_ref())
-            .map_err(|e| explain(&e, &files))?;
+        let out = mha.forward_batched(&x, mask.as_ref()).map_err(|e| explain(&e, &files))?;
         (out.output.into_dyn(), out.weights.into_dyn())
     };
 
     let mut outputs = Outputs::new();
     let mut written = vec![format!("output {}", shape_text(output.shape()))];
-    outputs.write_npy(&cli.out, &output)?;
-    if let Some(path) = &cli.weights {
+    outputs.write_npy(&cli.written.out, &output)?;
+    if let Some(path) = &cli.written.weights {
         outputs.write_npy(path, &weights)?;
         written.push(format!("weights {}", shape_text(weights.shape())));
     }
-    if let Some(path) = &cli.png {
+    if let Some(path) = &cli.written.png {
         let picture = Picture {
             path,
-            labels: cli.labels.as_deref(),
+            labels: cli.written.labels.as_deref(),
             title: format!("{heads}-head attention weights"),
             axes: panel_axes,
         };

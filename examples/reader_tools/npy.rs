@@ -97,24 +97,18 @@ pub fn read_header(path: &Path) -> Result<Header, String> {
     }
     let mut prefix = [0u8; 12];
     let take = len.min(12) as usize;
-    file.read_exact(&mut prefix[..take])
-        .map_err(|e| format!("cannot read: {e}"))?;
+    file.read_exact(&mut prefix[..take]).map_err(|e| format!("cannot read: {e}"))?;
     if &prefix[..6] != MAGIC {
-        return Err(invalid(
-            "it does not start with the .npy magic string \\x93NUMPY".into(),
-        ));
+        return Err(invalid("it does not start with the .npy magic string \\x93NUMPY".into()));
     }
     let (major, minor) = (prefix[6], prefix[7]);
     let (header_len, start) = match major {
         1 => (u16::from_le_bytes([prefix[8], prefix[9]]) as u64, 10u64),
-        2 | 3 if take == 12 => (
-            u32::from_le_bytes([prefix[8], prefix[9], prefix[10], prefix[11]]) as u64,
-            12u64,
-        ),
+        2 | 3 if take == 12 => {
+            (u32::from_le_bytes([prefix[8], prefix[9], prefix[10], prefix[11]]) as u64, 12u64)
+        }
         2 | 3 => {
-            return Err(invalid(format!(
-                "it is {len} bytes long, shorter than its header"
-            )));
+            return Err(invalid(format!("it is {len} bytes long, shorter than its header")));
         }
         _ => {
             return Err(invalid(format!(
@@ -134,8 +128,7 @@ pub fn read_header(path: &Path) -> Result<Header, String> {
     let mut file = BufReader::new(File::open(path).map_err(|e| format!("cannot read: {e}"))?);
     std::io::copy(&mut (&mut file).take(start), &mut std::io::sink())
         .map_err(|e| format!("cannot read: {e}"))?;
-    file.read_exact(&mut raw)
-        .map_err(|e| format!("cannot read: {e}"))?;
+    file.read_exact(&mut raw).map_err(|e| format!("cannot read: {e}"))?;
     let text = std::str::from_utf8(&raw)
         .map_err(|_| invalid("its header is not text".into()))?
         .trim_end_matches(['\n', ' ', '\0']);
@@ -151,11 +144,7 @@ pub fn read_header(path: &Path) -> Result<Header, String> {
              has {actual} bytes after the header ({})",
             describe(&header),
             shape_text(&header.shape),
-            if actual < expected {
-                "truncated or corrupted"
-            } else {
-                "extra bytes"
-            }
+            if actual < expected { "truncated or corrupted" } else { "extra bytes" }
         )));
     }
     Ok(header)
@@ -173,10 +162,7 @@ fn data_bytes(header: &Header) -> Result<u64, String> {
         .try_fold(size as u64, |acc, &n| acc.checked_mul(n as u64))
         .filter(|&bytes| bytes <= isize::MAX as u64)
         .ok_or_else(|| {
-            format!(
-                "its shape {} is too large to exist",
-                shape_text(&header.shape)
-            )
+            format!("its shape {} is too large to exist", shape_text(&header.shape))
         })
 }
 
@@ -210,11 +196,7 @@ impl Element for f32 {
     const KIND: (char, usize) = ('f', 4);
     fn decode(b: &[u8], big: bool) -> Result<Self, String> {
         let bytes = [b[0], b[1], b[2], b[3]];
-        Ok(if big {
-            f32::from_be_bytes(bytes)
-        } else {
-            f32::from_le_bytes(bytes)
-        })
+        Ok(if big { f32::from_be_bytes(bytes) } else { f32::from_le_bytes(bytes) })
     }
 }
 
@@ -222,11 +204,7 @@ impl Element for f64 {
     const KIND: (char, usize) = ('f', 8);
     fn decode(b: &[u8], big: bool) -> Result<Self, String> {
         let bytes = [b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]];
-        Ok(if big {
-            f64::from_be_bytes(bytes)
-        } else {
-            f64::from_le_bytes(bytes)
-        })
+        Ok(if big { f64::from_be_bytes(bytes) } else { f64::from_le_bytes(bytes) })
     }
 }
 
@@ -250,25 +228,18 @@ pub fn holds<A: Element>(header: &Header) -> bool {
 
 /// Reads the data of a file whose header [`read_header`] returned and [`holds`] `A`.
 pub fn read_data<A: Element>(path: &Path, header: &Header) -> Result<ArrayD<A>, String> {
-    let dtype = header
-        .dtype
-        .filter(|_| holds::<A>(header))
-        .ok_or("wrong dtype")?;
+    let dtype = header.dtype.filter(|_| holds::<A>(header)).ok_or("wrong dtype")?;
     let count: usize = header.shape.iter().product(); // checked by read_header
     let mut file = BufReader::new(File::open(path).map_err(|e| format!("cannot read: {e}"))?);
-    std::io::copy(
-        &mut (&mut file).take(header.data_offset),
-        &mut std::io::sink(),
-    )
-    .map_err(|e| format!("cannot read: {e}"))?;
+    std::io::copy(&mut (&mut file).take(header.data_offset), &mut std::io::sink())
+        .map_err(|e| format!("cannot read: {e}"))?;
     let mut data = Vec::with_capacity(count);
     let mut chunk = vec![0u8; dtype.size * 4096];
     let mut left = count;
     while left > 0 {
         let n = left.min(4096);
         let bytes = &mut chunk[..n * dtype.size];
-        file.read_exact(bytes)
-            .map_err(|e| format!("cannot read: {e}"))?;
+        file.read_exact(bytes).map_err(|e| format!("cannot read: {e}"))?;
         for element in bytes.chunks_exact(dtype.size) {
             data.push(
                 A::decode(element, dtype.order == '>')
@@ -305,7 +276,9 @@ fn header_from(value: Value, data_offset: u64) -> Result<Header, String> {
     let (mut descr, mut fortran_order, mut shape) = (None, None, None);
     for (key, value) in entries {
         match (key, value) {
-            (Value::Str(k), Value::Str(d)) if k == "descr" => descr = Some((d.clone(), dtype(&d))),
+            (Value::Str(k), Value::Str(d)) if k == "descr" => {
+                descr = Some((d.clone(), dtype(&d)))
+            }
             (Value::Str(k), d @ Value::Seq(..)) if k == "descr" => {
                 descr = Some((literal(&d), None));
             }
@@ -348,9 +321,7 @@ fn header_from(value: Value, data_offset: u64) -> Result<Header, String> {
 /// `<f4` → order `<`, kind `f`, size 4; `<U10` → 40 bytes per item.
 fn dtype(descr: &str) -> Option<Dtype> {
     let mut chars = descr.chars();
-    let order = chars
-        .next()
-        .filter(|c| matches!(c, '<' | '>' | '|' | '='))?;
+    let order = chars.next().filter(|c| matches!(c, '<' | '>' | '|' | '='))?;
     let kind = chars.next().filter(char::is_ascii_alphabetic)?;
     let digits = chars.as_str();
     let count: usize = if digits.is_empty() && matches!(kind, 'O') {
@@ -374,11 +345,7 @@ fn literal(value: &Value) -> String {
         Value::Int(n) => n.to_string(),
         Value::Seq(items, tuple) => {
             let inside = items.iter().map(literal).collect::<Vec<_>>().join(", ");
-            if *tuple {
-                format!("({inside})")
-            } else {
-                format!("[{inside}]")
-            }
+            if *tuple { format!("({inside})") } else { format!("[{inside}]") }
         }
         Value::Dict(entries) => {
             let parts: Vec<String> = entries
@@ -403,10 +370,7 @@ impl Parser<'_> {
         let value = self.value(0)?;
         self.skip_space();
         if self.pos != self.text.len() {
-            return Err(format!(
-                "unexpected text after the dict at byte {}",
-                self.pos
-            ));
+            return Err(format!("unexpected text after the dict at byte {}", self.pos));
         }
         Ok(value)
     }
@@ -427,10 +391,7 @@ impl Parser<'_> {
                 self.pos += c.len_utf8();
                 Ok(())
             }
-            Some(got) => Err(format!(
-                "expected '{c}' at byte {} but found '{got}'",
-                self.pos
-            )),
+            Some(got) => Err(format!("expected '{c}' at byte {} but found '{got}'", self.pos)),
             None => Err(format!("expected '{c}' but the header ended")),
         }
     }
@@ -447,9 +408,8 @@ impl Parser<'_> {
             Some(c) if c.is_ascii_digit() => self.int(),
             Some(c) if c.is_ascii_alphabetic() => {
                 let rest = &self.text[self.pos..];
-                let word_len = rest
-                    .find(|c: char| !c.is_ascii_alphanumeric())
-                    .unwrap_or(rest.len());
+                let word_len =
+                    rest.find(|c: char| !c.is_ascii_alphanumeric()).unwrap_or(rest.len());
                 let word = &rest[..word_len];
                 self.pos += word_len;
                 match word {
@@ -499,9 +459,7 @@ impl Parser<'_> {
     fn string(&mut self, quote: char) -> Result<Value, String> {
         self.pos += 1; // the opening quote
         let rest = &self.text[self.pos..];
-        let end = rest
-            .find(quote)
-            .ok_or("a string in the header is not closed")?;
+        let end = rest.find(quote).ok_or("a string in the header is not closed")?;
         let s = &rest[..end];
         if s.contains('\\') {
             return Err("a string in the header has an escape sequence".into());
@@ -512,9 +470,7 @@ impl Parser<'_> {
 
     fn int(&mut self) -> Result<Value, String> {
         let rest = &self.text[self.pos..];
-        let len = rest
-            .find(|c: char| !c.is_ascii_digit())
-            .unwrap_or(rest.len());
+        let len = rest.find(|c: char| !c.is_ascii_digit()).unwrap_or(rest.len());
         let n = rest[..len]
             .parse()
             .map_err(|_| format!("the number {} is too large", &rest[..len]))?;
@@ -531,9 +487,7 @@ mod tests {
     use super::*;
 
     fn parse(text: &str) -> Result<Header, String> {
-        Parser { text, pos: 0 }
-            .whole()
-            .and_then(|v| header_from(v, 128))
+        Parser { text, pos: 0 }.whole().and_then(|v| header_from(v, 128))
     }
 
     #[test]
@@ -546,9 +500,7 @@ mod tests {
         let h = parse("{'descr': '|b1', 'fortran_order': True, 'shape': (5,), }").unwrap();
         assert!(h.fortran_order && h.shape == [5] && h.dtype.unwrap().plain_name() == "bool");
         assert_eq!(
-            parse("{'descr': '<f8', 'fortran_order': False, 'shape': ()}")
-                .unwrap()
-                .shape,
+            parse("{'descr': '<f8', 'fortran_order': False, 'shape': ()}").unwrap().shape,
             []
         );
         assert_eq!(
@@ -562,10 +514,7 @@ mod tests {
         )
         .unwrap();
         assert!(structured.dtype.is_none());
-        assert_eq!(
-            describe(&structured),
-            "a structured dtype ([('x', '<f4'), ('y', '<i8')])"
-        );
+        assert_eq!(describe(&structured), "a structured dtype ([('x', '<f4'), ('y', '<i8')])");
     }
 
     #[test]
@@ -606,11 +555,13 @@ mod tests {
     #[test]
     fn sizes_are_checked_before_anything_is_allocated() {
         let huge =
-            parse("{'descr': '<f4', 'fortran_order': False, 'shape': (100000, 100000), }").unwrap();
-        assert_eq!(data_bytes(&huge).unwrap(), 40_000_000_000);
-        let overflow =
-            parse("{'descr': '<f8', 'fortran_order': False, 'shape': (4294967296, 4294967296), }")
+            parse("{'descr': '<f4', 'fortran_order': False, 'shape': (100000, 100000), }")
                 .unwrap();
+        assert_eq!(data_bytes(&huge).unwrap(), 40_000_000_000);
+        let overflow = parse(
+            "{'descr': '<f8', 'fortran_order': False, 'shape': (4294967296, 4294967296), }",
+        )
+        .unwrap();
         assert!(data_bytes(&overflow).unwrap_err().contains("too large"));
     }
 }

@@ -45,9 +45,9 @@ impl Identity {
             // Not there (yet): its directory's canonical path and its name.
             let absolute = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
             match (absolute.parent(), absolute.file_name()) {
-                (Some(dir), Some(name)) => fs::canonicalize(dir)
-                    .map(|dir| dir.join(name))
-                    .unwrap_or(absolute.clone()),
+                (Some(dir), Some(name)) => {
+                    fs::canonicalize(dir).map(|dir| dir.join(name)).unwrap_or(absolute.clone())
+                }
                 _ => absolute,
             }
         });
@@ -55,7 +55,8 @@ impl Identity {
     }
 
     fn same_file(&self, other: &Identity) -> bool {
-        self.canonical == other.canonical || (self.inode.is_some() && self.inode == other.inode)
+        self.canonical == other.canonical
+            || (self.inode.is_some() && self.inode == other.inode)
     }
 }
 
@@ -75,9 +76,8 @@ fn inode(_: &fs::Metadata) -> Option<(u64, u64)> {
 pub fn check_distinct(inputs: &[Named], outputs: &[Named]) -> Result<(), String> {
     let ids: Vec<Identity> = outputs.iter().map(|o| Identity::of(o.path)).collect();
     for (i, (out, id)) in outputs.iter().zip(&ids).enumerate() {
-        if let Some(input) = inputs
-            .iter()
-            .find(|input| id.same_file(&Identity::of(input.path)))
+        if let Some(input) =
+            inputs.iter().find(|input| id.same_file(&Identity::of(input.path)))
         {
             return Err(format!(
                 "{} {} is the same file as the input {} {}; choose another output path",
@@ -146,9 +146,7 @@ impl Outputs {
 
     /// Stages `bytes` (a PNG, say) for `path`.
     pub fn write_bytes(&mut self, path: &Path, bytes: &[u8]) -> Result<(), Failure> {
-        self.stage(path, |mut file| {
-            file.write_all(bytes).map_err(|e| e.to_string())
-        })
+        self.stage(path, |mut file| file.write_all(bytes).map_err(|e| e.to_string()))
     }
 
     fn stage(
@@ -170,7 +168,8 @@ impl Outputs {
         file.sync_all().map_err(|e| cannot(e.to_string()))?;
         if let Ok(old) = fs::metadata(&target) {
             // The new file keeps the old one's permissions.
-            fs::set_permissions(&temp, old.permissions()).map_err(|e| cannot(e.to_string()))?;
+            fs::set_permissions(&temp, old.permissions())
+                .map_err(|e| cannot(e.to_string()))?;
         }
         signals::check()
     }
@@ -243,17 +242,13 @@ fn with_rollback(failure: Failure, replaced: &[Replaced], unrestored: &[String])
         "; no output was changed".to_string()
     } else {
         let names: Vec<&str> = replaced.iter().map(|r| r.shown.as_str()).collect();
-        format!(
-            "; {} put back as it was, no output was changed",
-            names.join(" and ")
-        )
+        format!("; {} put back as it was, no output was changed", names.join(" and "))
     };
     match failure {
         Failure::Data(message) => Failure::Data(message + &note),
-        Failure::Interrupted { signal, message } => Failure::Interrupted {
-            signal,
-            message: message + &note,
-        },
+        Failure::Interrupted { signal, message } => {
+            Failure::Interrupted { signal, message: message + &note }
+        }
         usage => usage,
     }
 }
@@ -266,13 +261,15 @@ fn replace(s: &Staged, replaced: &[Replaced]) -> Result<Replaced, String> {
             // Two spellings the first check could not tell apart (a case-insensitive file
             // system, say) show up here as the same inode.
             let id = Identity::of(&s.target);
-            if let Some(earlier) = replaced
-                .iter()
-                .find(|r| Identity::of(&r.target).same_file(&id))
+            if let Some(earlier) =
+                replaced.iter().find(|r| Identity::of(&r.target).same_file(&id))
             {
                 return Err(format!("it is the same file as {}", earlier.shown));
             }
-            Some(keep_old(&s.target).map_err(|e| format!("cannot keep its old content: {e}"))?)
+            Some(
+                keep_old(&s.target)
+                    .map_err(|e| format!("cannot keep its old content: {e}"))?,
+            )
         }
         Err(_) => None,
     };
@@ -283,11 +280,7 @@ fn replace(s: &Staged, replaced: &[Replaced]) -> Result<Replaced, String> {
         let _ = fs::remove_file(&s.temp);
         return Err(e.to_string());
     }
-    Ok(Replaced {
-        shown: s.shown.clone(),
-        target: s.target.clone(),
-        backup,
-    })
+    Ok(Replaced { shown: s.shown.clone(), target: s.target.clone(), backup })
 }
 
 /// A second name for the file at `target`, beside it: a hard link, or a copy where the file
@@ -363,7 +356,8 @@ pub mod signals {
                 for signal in [SIGINT, SIGTERM, SIGHUP] {
                     // Order matters: while idle the first action runs the default (stop).
                     let _ = signal_hook::flag::register_conditional_default(signal, &IDLE);
-                    let _ = signal_hook::flag::register_usize(signal, &CAUGHT, signal as usize);
+                    let _ =
+                        signal_hook::flag::register_usize(signal, &CAUGHT, signal as usize);
                 }
             });
             IDLE.store(false, Ordering::SeqCst);
