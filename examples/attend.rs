@@ -9,7 +9,8 @@
 //!
 //! - Q `(…, L_q, d_k)`, K `(…, L_k, d_k)`, V `(…, L_k, d_v)` with the same 0, 1 or 2 leading
 //!   axes, all float32 or all float64.
-//! - M is bool `(L_q, L_k)` or with the same leading axes; `true` = may attend.
+//! - M is bool, `true` = may attend, of any shape that broadcasts to the weights
+//!   `(…, L_q, L_k)` as PyTorch's `attn_mask` does (e.g. `(L_q, L_k)`, `(batch, 1, L_q, L_k)`).
 //!   `--mask causal` lets query `i` see keys `0..=i`.
 //! - OUT is `(…, L_q, d_v)` in the input dtype; W is `(…, L_q, L_k)`.
 //! - `--png HEATMAP.png` draws the weights (one heatmap, or one panel per batch item and
