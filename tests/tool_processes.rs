@@ -13,7 +13,8 @@
 //!
 //! This test has its own `main` (`harness = false` in Cargo.toml): run with `--as-tool NAME`,
 //! the binary *is* the tool, so the tests need no separately built example. Positional
-//! arguments filter the checks by name: `cargo test --test tool_processes -- signal`.
+//! arguments filter the checks by name: `cargo test --test tool_processes -- signal`;
+//! `--list` lists them as libtest does, and `--ignored` runs none (none is ignored).
 
 #[allow(dead_code)]
 #[path = "../examples/reader_tools/mod.rs"]
@@ -61,6 +62,18 @@ fn main() {
             a_hard_kill_leaves_each_output_old_or_whole,
         ),
     ];
+    let flag = |f: &str| args.iter().any(|a| a == f);
+    if flag("--list") {
+        // libtest's listing, for runners that ask (cargo nextest): one check per line.
+        for (name, _) in checks {
+            println!("{name}: test");
+        }
+        return;
+    }
+    if flag("--ignored") {
+        println!("tool_processes: none of its checks is ignored, so none runs with --ignored");
+        return;
+    }
     let mut ran = 0;
     for (name, check) in checks {
         if !filters.is_empty() && !filters.iter().any(|f| name.contains(f.as_str())) {
