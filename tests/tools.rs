@@ -638,7 +638,13 @@ fn a_failed_run_keeps_every_earlier_output() {
     let png = out_path(&dir, "no-such-dir/w.png");
     let mut list = qkv("f64_causal_L6_dk8");
     list.extend(args(&["--out", &out, "--weights", &weights, "--png", &png]));
-    assert_fails(attend_run, &list, &dir, &png, "cannot write");
+    assert_fails(
+        attend_run,
+        &list,
+        &dir,
+        &png,
+        "cannot write: No such file or directory (os error 2); no output was changed",
+    );
     assert_eq!(std::fs::read(&out).unwrap(), b"old out");
     // A new file that cannot be written: no output at all.
     let fresh = TempDir::new().unwrap();

@@ -149,6 +149,8 @@ impl Outputs {
         self.stage(path, |mut file| file.write_all(bytes).map_err(|e| e.to_string()))
     }
 
+    /// Writes one output to a temporary file of its own beside its target. A failure (or a
+    /// signal) here has changed no output yet, and says so.
     fn stage(
         &mut self,
         path: &Path,
@@ -156,22 +158,26 @@ impl Outputs {
     ) -> Result<(), Failure> {
         let shown = path.display().to_string();
         let cannot = |e: String| Failure::Data(format!("{shown}: cannot write: {e}"));
-        signals::check()?;
-        let target = target_of(path).map_err(cannot)?;
-        let (temp, file) = create_beside(&target, "tmp").map_err(|e| cannot(e.to_string()))?;
-        self.staged.push(Staged {
-            shown: shown.clone(),
-            target: target.clone(),
-            temp: temp.clone(),
-        });
-        write(&file).map_err(cannot)?;
-        file.sync_all().map_err(|e| cannot(e.to_string()))?;
-        if let Ok(old) = fs::metadata(&target) {
-            // The new file keeps the old one's permissions.
-            fs::set_permissions(&temp, old.permissions())
-                .map_err(|e| cannot(e.to_string()))?;
-        }
-        signals::check()
+        let staged = (|| {
+            signals::check()?;
+            let target = target_of(path).map_err(cannot)?;
+            let (temp, file) =
+                create_beside(&target, "tmp").map_err(|e| cannot(e.to_string()))?;
+            self.staged.push(Staged {
+                shown: shown.clone(),
+                target: target.clone(),
+                temp: temp.clone(),
+            });
+            write(&file).map_err(cannot)?;
+            file.sync_all().map_err(|e| cannot(e.to_string()))?;
+            if let Ok(old) = fs::metadata(&target) {
+                // The new file keeps the old one's permissions.
+                fs::set_permissions(&temp, old.permissions())
+                    .map_err(|e| cannot(e.to_string()))?;
+            }
+            signals::check()
+        })();
+        staged.map_err(|failure| with_rollback(failure, &[], &[]))
     }
 
     /// Moves every staged output into place, in order, and returns their paths as given.
