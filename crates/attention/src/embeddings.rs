@@ -290,7 +290,9 @@ impl<A: Float> EmbeddingTable<A> {
 }
 // ANCHOR_END: embedding_lookup
 
+// ANCHOR: the_cat_sat
 impl EmbeddingTable<f64> {
+    // ANCHOR_END: the_cat_sat
     /// Notebook 000's hand-made example: the sentence "The cat sat" and its 3×4 table.
     ///
     /// ```
@@ -306,8 +308,8 @@ impl EmbeddingTable<f64> {
         let table = EmbeddingTable { table: ndarray::arr2(&notebooks::nb000::X) };
         (vocab, table)
     }
-    // ANCHOR_END: the_cat_sat
 }
+// ANCHOR_END: the_cat_sat
 
 /// A `(rows, cols)` matrix of standard-normal samples times `scale`, drawn as `f64` from
 /// `rng` and rounded to `A` (shared by the seeded constructors of the crate).

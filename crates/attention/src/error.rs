@@ -129,7 +129,9 @@ pub enum AttentionError {
     },
 }
 
+// ANCHOR: error_builders
 impl AttentionError {
+    // ANCHOR_END: error_builders
     /// Builds a [`AttentionError::Mismatch`] from string slices.
     ///
     /// ```
@@ -170,5 +172,5 @@ impl AttentionError {
             expected: expected.into(),
         }
     }
-    // ANCHOR_END: error_builders
 }
+// ANCHOR_END: error_builders

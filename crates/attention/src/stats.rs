@@ -105,11 +105,17 @@ pub fn jacobian_norm<A: Float>(p: &ArrayRef1<A>) -> A {
 #[derive(Debug, Clone, Copy, PartialEq)]
 // ANCHOR: row_stats
 pub struct RowStats {
+    // ANCHOR_END: row_stats
     /// The mean over rows of the row's largest weight.
+    // ANCHOR: row_stats
     pub max_weight: f64,
+    // ANCHOR_END: row_stats
     /// The mean over rows of the row's [`entropy`], in nats.
+    // ANCHOR: row_stats
     pub entropy: f64,
+    // ANCHOR_END: row_stats
     /// The mean over rows of the row's [`jacobian_norm`].
+    // ANCHOR: row_stats
     pub jacobian_norm: f64,
 }
 
