@@ -34,7 +34,7 @@ fn d_ks() -> impl Iterator<Item = usize> {
 }
 
 /// The experiment, one measurement per `d_k`.
-fn experiment() -> Vec<ScalingMeasurement> {
+fn experiment() -> Result<Vec<ScalingMeasurement>, attention::AttentionError> {
     d_ks().map(|d_k| measure_scaling(d_k, L, TRIALS, &mut StdRng::seed_from_u64(SEED + d_k as u64))).collect()
 }
 
@@ -83,7 +83,7 @@ fn report(runs: &[ScalingMeasurement]) -> Result<String, Box<dyn Error>> {
     writeln!(out, "uniform weights over {L} keys: max weight {:.4}, entropy ln {L} = {:.3}\n", 1.0 / L as f64, (L as f64).ln())?;
 
     // The d_model pitfall: 8 heads of d_k = 64 in a d_model = 512 layer, scaled by √512.
-    let raw = sample_scores(64, L, TRIALS, &mut StdRng::seed_from_u64(SEED + 64));
+    let raw = sample_scores(64, L, TRIALS, &mut StdRng::seed_from_u64(SEED + 64))?;
     let right = RowStats::of_scores(&(&raw / 64f64.sqrt()));
     let wrong = RowStats::of_scores(&(&raw / 512f64.sqrt()));
     writeln!(out, "d_k = 64 (one of 8 heads of d_model = 512):")?;
@@ -109,7 +109,7 @@ fn chart(title: &str, y_label: &str, runs: &[ScalingMeasurement], value: impl Fn
 
 /// Draws this chapter's figures into `out_dir` and writes the report; returns the files written.
 pub fn render_figures(out_dir: &Path) -> Result<Vec<PathBuf>, Box<dyn Error>> {
-    let runs = experiment();
+    let runs = experiment()?;
     let mut written = Vec::new();
 
     let variance_png = out_dir.join("ch03_variance.png");

@@ -20,6 +20,7 @@ use ndarray::{Array2, ArrayRef1, ArrayRef2, Axis};
 use rand::Rng;
 
 use crate::embeddings::random_matrix;
+use crate::error::{AttentionError, Result};
 use crate::float::Float;
 use crate::scores::{scale, scores, variance};
 use crate::softmax::softmax;
@@ -148,7 +149,7 @@ impl RowStats {
 /// use attention::stats::measure_scaling;
 /// use rand::{rngs::StdRng, SeedableRng};
 ///
-/// let m = measure_scaling(16, 8, 4, &mut StdRng::seed_from_u64(0));
+/// let m = measure_scaling(16, 8, 4, &mut StdRng::seed_from_u64(0)).unwrap();
 /// assert_eq!(m.d_k, 16);
 /// assert!((m.raw_variance / m.scaled_variance - 16.0).abs() < 1e-9);
 /// ```
@@ -168,14 +169,17 @@ pub struct ScalingMeasurement {
 
 /// Raw scores of random queries and keys: `trials` times, `Q·Kᵀ` for `Q` and `K` of shape
 /// `(l, d_k)` with independent standard-normal entries, stacked into `(trials·l, l)`. Each
-/// row is one query's scores against the `l` keys of its trial.
+/// row is one query's scores against the `l` keys of its trial. Fails if `d_k`, `l` or
+/// `trials` is 0.
 ///
 /// ```
 /// use attention::stats::sample_scores;
 /// use rand::{rngs::StdRng, SeedableRng};
 ///
-/// let s = sample_scores(64, 8, 3, &mut StdRng::seed_from_u64(0));
+/// let s = sample_scores(64, 8, 3, &mut StdRng::seed_from_u64(0)).unwrap();
 /// assert_eq!(s.dim(), (24, 8));
+/// let err = sample_scores(64, 8, 0, &mut StdRng::seed_from_u64(0)).unwrap_err();
+/// assert_eq!(err.to_string(), "the experiment has trials = 0: it must be at least 1");
 /// ```
 // ANCHOR: sample_scores
 pub fn sample_scores<R: Rng + ?Sized>(
@@ -183,30 +187,36 @@ pub fn sample_scores<R: Rng + ?Sized>(
     l: usize,
     trials: usize,
     rng: &mut R,
-) -> Array2<f64> {
+) -> Result<Array2<f64>> {
+    for (dim, n) in [("d_k", d_k), ("L", l), ("trials", trials)] {
+        if n == 0 {
+            return Err(AttentionError::Empty { what: "the experiment".into(), dim });
+        }
+    }
     let mut raw = Array2::<f64>::zeros((0, l));
     for _ in 0..trials {
         let q: Array2<f64> = random_matrix(l, d_k, 1.0, rng);
         let k: Array2<f64> = random_matrix(l, d_k, 1.0, rng);
-        let s = scores(&q, &k).expect("q and k are (l, d_k), l and d_k at least 1");
-        raw.append(Axis(0), s.view()).expect("every block has l columns");
+        raw.append(Axis(0), scores(&q, &k)?.view()).expect("every block has l columns");
     }
-    raw
+    Ok(raw)
 }
 // ANCHOR_END: sample_scores
 
 /// The chapter's experiment for one `d_k`: the scores of [`sample_scores`], with and without
 /// the division by `√d_k`. Variances are over all `trials·l·l` scores;
-/// the softmax statistics are means over all `trials·l` rows.
+/// the softmax statistics are means over all `trials·l` rows. Fails if `d_k`, `l` or `trials`
+/// is 0.
 ///
 /// ```
 /// use attention::stats::measure_scaling;
 /// use rand::{rngs::StdRng, SeedableRng};
 ///
-/// let m = measure_scaling(256, 16, 8, &mut StdRng::seed_from_u64(1));
+/// let m = measure_scaling(256, 16, 8, &mut StdRng::seed_from_u64(1)).unwrap();
 /// assert!((m.scaled_variance - 1.0).abs() < 0.2); // about 1, whatever d_k is
 /// assert!(m.raw.max_weight > 0.9); // raw scores: nearly one key per query
 /// assert!(m.scaled.max_weight < 0.5);
+/// assert!(measure_scaling(0, 16, 8, &mut StdRng::seed_from_u64(1)).is_err());
 /// ```
 // ANCHOR: measure_scaling
 pub fn measure_scaling<R: Rng + ?Sized>(
@@ -214,16 +224,16 @@ pub fn measure_scaling<R: Rng + ?Sized>(
     l: usize,
     trials: usize,
     rng: &mut R,
-) -> ScalingMeasurement {
-    let raw = sample_scores(d_k, l, trials, rng);
+) -> Result<ScalingMeasurement> {
+    let raw = sample_scores(d_k, l, trials, rng)?;
     let scaled = scale(raw.clone(), d_k);
-    ScalingMeasurement {
+    Ok(ScalingMeasurement {
         d_k,
-        raw_variance: variance(&raw).expect("trials and l are at least 1"),
-        scaled_variance: variance(&scaled).expect("trials and l are at least 1"),
+        raw_variance: variance(&raw)?,
+        scaled_variance: variance(&scaled)?,
         raw: RowStats::of_scores(&raw),
         scaled: RowStats::of_scores(&scaled),
-    }
+    })
 }
 // ANCHOR_END: measure_scaling
 
@@ -273,7 +283,7 @@ mod tests {
     #[test]
     fn raw_variance_grows_with_d_k_and_scaling_undoes_it() {
         for d_k in [4, 64] {
-            let m = measure_scaling(d_k, 16, 16, &mut StdRng::seed_from_u64(d_k as u64));
+            let m = measure_scaling(d_k, 16, 16, &mut StdRng::seed_from_u64(d_k as u64)).unwrap();
             let ratio = m.raw_variance / d_k as f64;
             assert!((ratio - 1.0).abs() < 0.15, "d_k = {d_k}: {ratio}");
             assert!((m.scaled_variance - 1.0).abs() < 0.15, "d_k = {d_k}");
@@ -282,8 +292,8 @@ mod tests {
 
     #[test]
     fn unscaled_rows_saturate_as_d_k_grows() {
-        let small = measure_scaling(1, 16, 16, &mut StdRng::seed_from_u64(3));
-        let large = measure_scaling(512, 16, 16, &mut StdRng::seed_from_u64(3));
+        let small = measure_scaling(1, 16, 16, &mut StdRng::seed_from_u64(3)).unwrap();
+        let large = measure_scaling(512, 16, 16, &mut StdRng::seed_from_u64(3)).unwrap();
         assert!(large.raw.max_weight > small.raw.max_weight);
         assert!(large.raw.entropy < small.raw.entropy);
         assert!(large.raw.jacobian_norm < small.raw.jacobian_norm);

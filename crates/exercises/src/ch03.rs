@@ -80,6 +80,7 @@ pub fn check_scale_for(scale_for: impl Fn(usize, f64, f64) -> f64) -> Result<(),
     for (d_k, sigma_q, sigma_k) in [(16, 1.0, 1.0), (64, 3.0, 0.5), (8, 2.0, 2.0)] {
         // Standard-normal scores times σ_q·σ_k: the scores of vectors with those spreads.
         let raw = sample_scores(d_k, 16, 32, &mut StdRng::seed_from_u64(d_k as u64))
+            .map_err(|e| e.to_string())?
             * (sigma_q * sigma_k);
         let what = format!("scale_for({d_k}, {sigma_q}, {sigma_k})");
         let scale = call(&what, || scale_for(d_k, sigma_q, sigma_k))?;
