@@ -170,7 +170,9 @@ pub struct MultiHeadAttention<A> {
 }
 // ANCHOR_END: multihead_struct
 
+// ANCHOR: multihead_new
 impl<A: Float> MultiHeadAttention<A> {
+    // ANCHOR_END: multihead_new
     /// A layer from given `(d_model, d_model)` matrices, applied as `X · W`; `heads` must
     /// divide `d_model`.
     ///
