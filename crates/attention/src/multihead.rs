@@ -171,7 +171,9 @@ pub struct MultiHeadAttention<A> {
 // ANCHOR_END: multihead_struct
 
 // ANCHOR: multihead_new
+// ANCHOR: multihead_cross
 impl<A: Float> MultiHeadAttention<A> {
+    // ANCHOR_END: multihead_cross
     // ANCHOR_END: multihead_new
     /// A layer from given `(d_model, d_model)` matrices, applied as `X · W`; `heads` must
     /// divide `d_model`.
@@ -495,4 +497,6 @@ impl<A: Float> MultiHeadAttention<A> {
     pub fn projections(&self) -> [&Linear<A>; 4] {
         [&self.w_q, &self.w_k, &self.w_v, &self.w_o]
     }
+// ANCHOR: multihead_cross
 }
+// ANCHOR_END: multihead_cross

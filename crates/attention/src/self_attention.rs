@@ -92,7 +92,9 @@ impl<A: Float> SelfAttention<A> {
 }
 // ANCHOR_END: self_attention
 
+// ANCHOR: self_attention_cross
 impl<A: Float> SelfAttention<A> {
+    // ANCHOR_END: self_attention_cross
     /// Attention from the tokens of `x_q: (L_q, d_model)` to those of
     /// `x_kv: (L_k, d_model)` (cross-attention); `cross(x, x)` is `forward(x)`.
     ///
@@ -278,4 +280,6 @@ impl<A: Float> SelfAttention<A> {
     pub fn parameter_count(&self) -> usize {
         self.w_q.parameter_count() + self.w_k.parameter_count() + self.w_v.parameter_count()
     }
+// ANCHOR: self_attention_cross
 }
+// ANCHOR_END: self_attention_cross
