@@ -510,23 +510,26 @@ fn defined_fn(line: &str) -> Option<&str> {
     (end > 0).then(|| &rest[..end])
 }
 
+/// What follows the generic parameters `<...>` that `s` starts with (nested `<>` included), or
+/// `None` if they are not closed.
+fn skip_generics(s: &str) -> Option<&str> {
+    let mut depth = 0;
+    let (end, _) = s.char_indices().find(|&(_, c)| {
+        depth += match c {
+            '<' => 1,
+            '>' => -1,
+            _ => 0,
+        };
+        depth == 0
+    })?;
+    Some(&s[end + 1..])
+}
+
 /// The type an `impl` (or `trait`) line at column 0 is about: `Linear` for
 /// `impl<A: Float> Linear<A> {`, `Running` for `impl<A: Float> Default for Running<A> {`.
 fn impl_owner(line: &str) -> Option<String> {
     let rest = if let Some(rest) = line.strip_prefix("impl") {
-        let mut rest = rest;
-        if rest.starts_with('<') {
-            let mut depth = 0;
-            let end = rest.char_indices().find(|&(_, c)| {
-                depth += match c {
-                    '<' => 1,
-                    '>' => -1,
-                    _ => 0,
-                };
-                depth == 0
-            })?;
-            rest = &rest[end.0 + 1..];
-        }
+        let rest = if rest.starts_with('<') { skip_generics(rest)? } else { rest };
         match rest.split_once(" for ") {
             Some((_, ty)) => ty,
             None => rest,
@@ -641,17 +644,8 @@ fn calls_in(line: &str, defs: &[FnDef], types: &HashSet<String>, modules: &HashS
         }
         // After the name: an optional turbofish `::<...>`, then `(` for a call.
         let mut after = code[i..].trim_start();
-        if let Some(rest) = after.strip_prefix("::<") {
-            let mut depth = 1;
-            let end = rest.char_indices().find(|&(_, c)| {
-                depth += match c {
-                    '<' => 1,
-                    '>' => -1,
-                    _ => 0,
-                };
-                depth == 0
-            });
-            after = end.map_or("", |(k, _)| rest[k + 1..].trim_start());
+        if let Some(rest) = after.strip_prefix("::").filter(|r| r.starts_with('<')) {
+            after = skip_generics(rest).unwrap_or("").trim_start();
         }
         let is_call = after.starts_with('(');
         let candidates: Vec<usize> = if let Some(path) = code[..start].strip_suffix("::") {
@@ -1048,10 +1042,18 @@ fn normalize(path: &Path) -> PathBuf {
 mod tests {
     use super::*;
 
-    fn write(dir: &Path, name: &str, text: &str) {
+    /// Writes `text` to `dir/name`, creating the folders on the way.
+    pub(super) fn write(dir: &Path, name: &str, text: &str) {
         let path = dir.join(name);
         std::fs::create_dir_all(path.parent().unwrap()).unwrap();
         std::fs::write(path, text).unwrap();
+    }
+
+    /// Asserts that every expected message is among `problems` (one per line).
+    pub(super) fn assert_reported(problems: &str, expected: &[&str]) {
+        for expected in expected {
+            assert!(problems.contains(expected), "expected {expected:?} in:\n{problems}");
+        }
     }
 
     fn good_book(dir: &Path) {
@@ -1094,23 +1096,24 @@ mod tests {
         write(dir.path(), "css/extra.css", "@import url(https://fonts.example/x.css);");
         write(dir.path(), "css/fonts.css", "@font-face { src: url('../fonts/missing.woff2'); } a { b: url(https://x.example/y.png) }");
         let problems = check_html(dir.path()).unwrap().join("\n");
-        for expected in [
-            "img/missing.png\">:",
-            "<img src=\"img/a.png\"> has no alt text",
-            "no element with id \"nowhere\"",
-            "gone.html does not exist",
-            "<script src=\"https://cdn.example/x.js\"> loads from the network",
-            "<link href=\"//cdn.example/k.css\"> loads from the network",
-            "unexpanded",
-            "raw `$$` math",
-            "Markdown garbled a formula: <em> inside <math>",
-            "no MathML",
-            "css/extra.css: @import",
-            "css/fonts.css: url(../fonts/missing.woff2):",
-            "css/fonts.css: url(https://x.example/y.png) loads from the network",
-        ] {
-            assert!(problems.contains(expected), "expected {expected:?} in:\n{problems}");
-        }
+        assert_reported(
+            &problems,
+            &[
+                "img/missing.png\">:",
+                "<img src=\"img/a.png\"> has no alt text",
+                "no element with id \"nowhere\"",
+                "gone.html does not exist",
+                "<script src=\"https://cdn.example/x.js\"> loads from the network",
+                "<link href=\"//cdn.example/k.css\"> loads from the network",
+                "unexpanded",
+                "raw `$$` math",
+                "Markdown garbled a formula: <em> inside <math>",
+                "no MathML",
+                "css/extra.css: @import",
+                "css/fonts.css: url(../fonts/missing.woff2):",
+                "css/fonts.css: url(https://x.example/y.png) loads from the network",
+            ],
+        );
     }
 
     #[test]
@@ -1585,13 +1588,8 @@ fn banned_wording(text: &str) -> Option<&'static str> {
 
 #[cfg(test)]
 mod quiz_tests {
+    use super::tests::{assert_reported, write};
     use super::*;
-
-    fn write(dir: &Path, name: &str, text: &str) {
-        let path = dir.join(name);
-        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-        std::fs::write(path, text).unwrap();
-    }
 
     fn question(id: &str) -> serde_json::Value {
         serde_json::json!({
@@ -1659,19 +1657,20 @@ mod quiz_tests {
         write(html.path(), "ch02-qkv.html", "<p>{{#quiz quizzes/ch02.toml}}</p>");
         std::fs::remove_file(html.path().join("quiz/style.css")).unwrap();
         let problems = check_quizzes(src.path(), html.path()).unwrap().join("\n");
-        for expected in [
-            "ch03-scaling.md: does not end with its quiz, `{{#quiz quizzes/ch03.toml}}`",
-            "quizzes/ch03.toml: cannot read it",
-            "ch02-qkv.md: does not end with its quiz",
-            "quizzes/ch09.toml: no chapter includes it",
-            "quizzes/ch01.toml: question 1 has no `id`",
-            "ch01-embeddings.html: does not load mdbook-quiz's quiz/quiz-embed.iife.js",
-            "ch02-qkv.html: 0 quiz placeholders, expected 1",
-            "ch03-scaling.html: 0 quiz placeholders",
-            "ch01-embeddings.html: loads quiz/style.css, which is not in the built book",
-        ] {
-            assert!(problems.contains(expected), "expected {expected:?} in:\n{problems}");
-        }
+        assert_reported(
+            &problems,
+            &[
+                "ch03-scaling.md: does not end with its quiz, `{{#quiz quizzes/ch03.toml}}`",
+                "quizzes/ch03.toml: cannot read it",
+                "ch02-qkv.md: does not end with its quiz",
+                "quizzes/ch09.toml: no chapter includes it",
+                "quizzes/ch01.toml: question 1 has no `id`",
+                "ch01-embeddings.html: does not load mdbook-quiz's quiz/quiz-embed.iife.js",
+                "ch02-qkv.html: 0 quiz placeholders, expected 1",
+                "ch03-scaling.html: 0 quiz placeholders",
+                "ch01-embeddings.html: loads quiz/style.css, which is not in the built book",
+            ],
+        );
         assert_eq!(problems.lines().count(), 9, "{problems}");
     }
 
@@ -1691,16 +1690,17 @@ mod quiz_tests {
         questions[3]["type"] = "Essay".into();
         questions[3].as_object_mut().unwrap().remove("id");
         let problems = quiz_problems(&bad, &mut ids).join("\n");
-        for expected in [
-            "question 1: no context explaining the answer",
-            "question 2: the prompt says \"which ... not\"",
-            "question 3: the option \"All of the above\" says \"... of the above\"",
-            "question 3: two options are the same",
-            "question 4: no id",
-            "question 4: type \"Essay\" is none of",
-        ] {
-            assert!(problems.contains(expected), "expected {expected:?} in:\n{problems}");
-        }
+        assert_reported(
+            &problems,
+            &[
+                "question 1: no context explaining the answer",
+                "question 2: the prompt says \"which ... not\"",
+                "question 3: the option \"All of the above\" says \"... of the above\"",
+                "question 3: two options are the same",
+                "question 4: no id",
+                "question 4: type \"Essay\" is none of",
+            ],
+        );
         assert_eq!(problems.lines().count(), 6, "{problems}");
     }
 
