@@ -13,7 +13,7 @@
 //! `{'descr': '<f4', 'fortran_order': False, 'shape': (3, 4), }`), then the data.
 
 use std::fs::File;
-use std::io::{BufReader, Read};
+use std::io::{BufReader, Read, Seek, SeekFrom};
 use std::path::Path;
 
 use ndarray::{ArrayD, IxDyn, ShapeBuilder};
@@ -125,9 +125,7 @@ pub fn read_header(path: &Path) -> Result<Header, String> {
         )));
     }
     let mut raw = vec![0u8; header_len as usize]; // at most the file's own length
-    let mut file = BufReader::new(File::open(path).map_err(|e| format!("cannot read: {e}"))?);
-    std::io::copy(&mut (&mut file).take(start), &mut std::io::sink())
-        .map_err(|e| format!("cannot read: {e}"))?;
+    file.seek(SeekFrom::Start(start)).map_err(|e| format!("cannot read: {e}"))?;
     file.read_exact(&mut raw).map_err(|e| format!("cannot read: {e}"))?;
     let text = std::str::from_utf8(&raw)
         .map_err(|_| invalid("its header is not text".into()))?
@@ -161,9 +159,7 @@ fn data_bytes(header: &Header) -> Result<u64, String> {
         .iter()
         .try_fold(size as u64, |acc, &n| acc.checked_mul(n as u64))
         .filter(|&bytes| bytes <= isize::MAX as u64)
-        .ok_or_else(|| {
-            format!("its shape {} is too large to exist", shape_text(&header.shape))
-        })
+        .ok_or_else(|| format!("its shape {} is too large to exist", shape_text(&header.shape)))
 }
 
 /// `(2, 3, 4)`.
@@ -221,18 +217,16 @@ impl Element for bool {
 
 /// Whether the header's dtype is `A`'s (either byte order).
 pub fn holds<A: Element>(header: &Header) -> bool {
-    header
-        .dtype
-        .is_some_and(|d| (d.kind, d.size) == A::KIND && matches!(d.order, '<' | '>' | '|'))
+    header.dtype.is_some_and(|d| (d.kind, d.size) == A::KIND && matches!(d.order, '<' | '>' | '|'))
 }
 
 /// Reads the data of a file whose header [`read_header`] returned and [`holds`] `A`.
 pub fn read_data<A: Element>(path: &Path, header: &Header) -> Result<ArrayD<A>, String> {
     let dtype = header.dtype.filter(|_| holds::<A>(header)).ok_or("wrong dtype")?;
     let count: usize = header.shape.iter().product(); // checked by read_header
-    let mut file = BufReader::new(File::open(path).map_err(|e| format!("cannot read: {e}"))?);
-    std::io::copy(&mut (&mut file).take(header.data_offset), &mut std::io::sink())
-        .map_err(|e| format!("cannot read: {e}"))?;
+    let mut file = File::open(path).map_err(|e| format!("cannot read: {e}"))?;
+    file.seek(SeekFrom::Start(header.data_offset)).map_err(|e| format!("cannot read: {e}"))?;
+    let mut file = BufReader::new(file);
     let mut data = Vec::with_capacity(count);
     let mut chunk = vec![0u8; dtype.size * 4096];
     let mut left = count;
@@ -276,9 +270,7 @@ fn header_from(value: Value, data_offset: u64) -> Result<Header, String> {
     let (mut descr, mut fortran_order, mut shape) = (None, None, None);
     for (key, value) in entries {
         match (key, value) {
-            (Value::Str(k), Value::Str(d)) if k == "descr" => {
-                descr = Some((d.clone(), dtype(&d)))
-            }
+            (Value::Str(k), Value::Str(d)) if k == "descr" => descr = Some((d.clone(), dtype(&d))),
             (Value::Str(k), d @ Value::Seq(..)) if k == "descr" => {
                 descr = Some((literal(&d), None));
             }
@@ -294,16 +286,10 @@ fn header_from(value: Value, data_offset: u64) -> Result<Header, String> {
                 shape = Some(dims.ok_or("its shape is not a tuple of whole numbers")?);
             }
             (Value::Str(k), v) => {
-                return Err(format!(
-                    "its header has an unexpected entry '{k}': {}",
-                    literal(&v)
-                ));
+                return Err(format!("its header has an unexpected entry '{k}': {}", literal(&v)));
             }
             (k, _) => {
-                return Err(format!(
-                    "its header has a key {} that is not a name",
-                    literal(&k)
-                ));
+                return Err(format!("its header has a key {} that is not a name", literal(&k)));
             }
         }
     }
@@ -348,10 +334,8 @@ fn literal(value: &Value) -> String {
             if *tuple { format!("({inside})") } else { format!("[{inside}]") }
         }
         Value::Dict(entries) => {
-            let parts: Vec<String> = entries
-                .iter()
-                .map(|(k, v)| format!("{}: {}", literal(k), literal(v)))
-                .collect();
+            let parts: Vec<String> =
+                entries.iter().map(|(k, v)| format!("{}: {}", literal(k), literal(v))).collect();
             format!("{{{}}}", parts.join(", "))
         }
     }
@@ -471,9 +455,8 @@ impl Parser<'_> {
     fn int(&mut self) -> Result<Value, String> {
         let rest = &self.text[self.pos..];
         let len = rest.find(|c: char| !c.is_ascii_digit()).unwrap_or(rest.len());
-        let n = rest[..len]
-            .parse()
-            .map_err(|_| format!("the number {} is too large", &rest[..len]))?;
+        let n =
+            rest[..len].parse().map_err(|_| format!("the number {} is too large", &rest[..len]))?;
         self.pos += len;
         if self.text[self.pos..].starts_with('L') {
             self.pos += 1; // Python 2 wrote long integers as 3L
@@ -555,13 +538,11 @@ mod tests {
     #[test]
     fn sizes_are_checked_before_anything_is_allocated() {
         let huge =
-            parse("{'descr': '<f4', 'fortran_order': False, 'shape': (100000, 100000), }")
-                .unwrap();
+            parse("{'descr': '<f4', 'fortran_order': False, 'shape': (100000, 100000), }").unwrap();
         assert_eq!(data_bytes(&huge).unwrap(), 40_000_000_000);
-        let overflow = parse(
-            "{'descr': '<f8', 'fortran_order': False, 'shape': (4294967296, 4294967296), }",
-        )
-        .unwrap();
+        let overflow =
+            parse("{'descr': '<f8', 'fortran_order': False, 'shape': (4294967296, 4294967296), }")
+                .unwrap();
         assert!(data_bytes(&overflow).unwrap_err().contains("too large"));
     }
 }
