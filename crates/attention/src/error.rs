@@ -127,6 +127,44 @@ pub enum AttentionError {
         /// The word.
         word: String,
     },
+    /// A width that must be even is odd or 0 (RoPE rotates pairs of columns).
+    #[error("{what} has {dim} = {size}, but it must be even and at least 2")]
+    OddWidth {
+        /// The operand or setting, e.g. `"RoPE"` or `"q"`.
+        what: String,
+        /// The dimension's name, e.g. `"d_head"`.
+        dim: &'static str,
+        /// Its size.
+        size: usize,
+    },
+    /// The number of key/value heads is 0 or does not divide the number of query heads.
+    #[error("kv_heads = {kv_heads} does not divide heads = {heads}")]
+    KvHeads {
+        /// The number of query heads, `H`.
+        heads: usize,
+        /// The number of key/value heads, `G`.
+        kv_heads: usize,
+    },
+    /// A sliding window of 0 keys: every query would see nothing, not even itself.
+    #[error("a sliding window must hold at least 1 key (the query's own), but W = 0")]
+    ZeroWindow,
+    /// A KV cache with room for `capacity` tokens was asked to take one more.
+    #[error("the KV cache is full: it holds {capacity} tokens and has no room for token {position}")]
+    CacheFull {
+        /// How many tokens the cache can hold.
+        capacity: usize,
+        /// The absolute position of the token that did not fit.
+        position: usize,
+    },
+    /// A setting outside its allowed range (a RoPE base ≤ 1, a position beyond a table, a
+    /// list that is not a permutation, ...).
+    #[error("{what}: {problem}")]
+    Invalid {
+        /// The setting, e.g. `"RoPE base"`.
+        what: String,
+        /// What is wrong with it, e.g. `"must be greater than 1, but it is 1"`.
+        problem: String,
+    },
 }
 
 // ANCHOR: error_builders
