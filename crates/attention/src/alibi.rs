@@ -71,10 +71,10 @@ fn geometric(n: usize) -> Vec<f64> {
 /// which blocks those keys anyway. ALiBi was designed for causal language models;
 /// bidirectional variants use `−m · |i − j|` instead, a different bias.
 ///
-/// The reference code (and implementations that follow it) does not build this matrix: it adds
-/// `m_h · j` to column `j` of every row. On row `i` the two differ by `m_h · i`, the same
-/// number for every key of the row, and softmax does not change when a whole row is shifted
-/// by a constant: the weights are equal (up to rounding). The scores themselves differ.
+/// The authors' reference code does not build this matrix: it adds `m_h · j` to column `j`
+/// of every row. On row `i` the two differ by `m_h · i`, the same number for every key of
+/// the row, and softmax does not change when a whole row is shifted by a constant: the
+/// weights are equal (up to rounding). The scores themselves differ.
 ///
 /// Queries and keys are aligned at the top left: query `i` is at position `i`, key `j` at
 /// position `j`.
