@@ -15,21 +15,24 @@
 //! A cache with a sliding window of `W` ([`KvCache::windowed`]) keeps only the last `W`
 //! keys and values, so its memory is bounded by `W` however long the text: the token at
 //! position `p` goes into slot `p mod W`, over the oldest entry (a rolling buffer, as in
-//! Mistral 7B). Slots then hold positions out of order, which attention does not mind: a
-//! query attends to a set of keys, and their position is in the keys (RoPE) or nowhere.
+//! Mistral's reference code). Slots then hold positions out of order, which attention does
+//! not mind: a query attends to a set of keys, and their position is in the keys (RoPE) or
+//! nowhere.
 //!
-//! Memory per token, every layer: `2 · layers · G · d_head` numbers
-//! ([`kv_cache_bytes_per_token`]).
+//! What the cache saves ([`token_cost`]): without it, every new token runs the whole prefix
+//! through the layer again, `n` projections and `n²` scores for the `n`-th token; with it,
+//! one projection and `n` scores. What it costs: `2 · layers · G · d_head` numbers of memory
+//! per token ([`kv_cache_bytes_per_token`]).
 //!
 //! Anchors (below the doc comments): `kv_cache`, `kv_append`, `decode_step`, `decode`,
-//! `cache_bytes`.
+//! `token_cost`, `cache_bytes`.
 
 use ndarray::{Array2, Array3, ArrayRef1, ArrayRef2, ArrayView3, Axis, Ix1, Ix2, s};
 
 use crate::error::{AttentionError, Result};
 use crate::float::Float;
-use crate::gqa::{GroupedQueryAttention, sdpa_gqa};
-use crate::multihead::MultiHeadOutput;
+use crate::gqa::{GroupedQueryAttention, group_size, sdpa_gqa};
+use crate::multihead::{MultiHeadOutput, head_width};
 use crate::sdpa::Attention;
 
 /// The keys and values of one attention layer for the tokens decoded so far: `(G, n, d_head)`
@@ -392,6 +395,81 @@ impl<A: Float> GroupedQueryAttention<A> {
     // ANCHOR_END: decode
 }
 
+/// The multiply-adds one attention layer spends to produce one new token's output.
+///
+/// ```
+/// use attention::decode::TokenCost;
+///
+/// let cost = TokenCost { projections: 10, attention: 5 };
+/// assert_eq!(cost.total(), 15);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+// ANCHOR: token_cost
+pub struct TokenCost {
+    /// In `x · W_Q`, `x · W_K`, `x · W_V` and the output's `· W_O`.
+    pub projections: usize,
+    /// In the scores `q · kᵀ` and the weighted sum of the values.
+    pub attention: usize,
+}
+
+// ANCHOR_END: token_cost
+impl TokenCost {
+    /// `projections + attention`.
+    ///
+    /// ```
+    /// use attention::decode::token_cost;
+    ///
+    /// assert_eq!(token_cost(8, 2, 2, 1, true).unwrap().total(), 4 * 64 + 2 * 8);
+    /// ```
+    pub fn total(&self) -> usize {
+        self.projections + self.attention
+    }
+}
+
+/// The multiply-adds to produce the output of the `n`-th token (it sees `n` tokens, itself
+/// included) in a layer of width `d_model` with `heads` query heads and `kv_heads` key/value
+/// heads of `d_head = d_model / heads`.
+///
+/// With a cache (`cached`), only the new token is projected (`2·d_model² +
+/// 2·d_model·G·d_head`) and its one query meets `n` keys and values (`2·n·d_model`). Without
+/// one, the whole prefix goes through [`forward`](GroupedQueryAttention::forward) again:
+/// `n` times the projections and all `n × n` scores and weighted sums (`2·n²·d_model`, the
+/// masked ones included, as [`sdpa`](crate::sdpa::sdpa) computes them). Both parts are `n`
+/// times larger without the cache, and in both cases attention overtakes the projections
+/// past `n = d_model + G·d_head`.
+///
+/// ```
+/// use attention::decode::token_cost;
+///
+/// // d_model = 512, 8 heads, MHA: 4·512² per token with a cache, whatever n
+/// let cached = token_cost(512, 8, 8, 1000, true).unwrap();
+/// assert_eq!(cached.projections, 4 * 512 * 512);
+/// assert_eq!(cached.attention, 2 * 1000 * 512);
+/// let uncached = token_cost(512, 8, 8, 1000, false).unwrap();
+/// assert_eq!(uncached.projections, 1000 * 4 * 512 * 512);
+/// assert_eq!(uncached.attention, 2 * 1000 * 1000 * 512);
+/// assert!(token_cost(512, 8, 3, 10, true).is_err());
+/// ```
+// ANCHOR: token_cost
+pub fn token_cost(
+    d_model: usize,
+    heads: usize,
+    kv_heads: usize,
+    n: usize,
+    cached: bool,
+) -> Result<TokenCost> {
+    let d_head = head_width(d_model, heads)?;
+    group_size(heads, kv_heads)?;
+    let per_token = 2 * d_model * d_model + 2 * d_model * kv_heads * d_head; // Q, O; K, V
+    let per_pair = 2 * heads * d_head; // q·k and weight·v, every head
+    Ok(if cached {
+        TokenCost { projections: per_token, attention: n * per_pair }
+    } else {
+        TokenCost { projections: n * per_token, attention: n * n * per_pair }
+    })
+}
+// ANCHOR_END: token_cost
+
 /// The memory a KV cache needs per token: `2 · layers · kv_heads · d_head ·
 /// bytes_per_element` bytes (a key and a value per layer and key/value head).
 ///
@@ -572,6 +650,43 @@ mod tests {
                 format!("KV cache has {dim} = 0: it must be at least 1")
             );
         }
+    }
+
+    #[test]
+    fn token_cost_counts_the_shapes_multiply_adds() {
+        // d_model = 16, H = 4, G = 2, d_head = 4: W_Q, W_O 16 × 16, W_K, W_V 16 × 8
+        let per_token = 2 * 16 * 16 + 2 * 16 * 8;
+        for n in [1, 2, 7, 100] {
+            let cached = token_cost(16, 4, 2, n, true).unwrap();
+            assert_eq!(cached, TokenCost { projections: per_token, attention: 2 * n * 16 });
+            let uncached = token_cost(16, 4, 2, n, false).unwrap();
+            assert_eq!(uncached.projections, n * per_token);
+            assert_eq!(uncached.attention, n * n * 2 * 16);
+            // the first token costs the same either way
+            assert_eq!(n == 1, cached == uncached);
+        }
+        // with or without a cache, attention overtakes the projections past
+        // n = d_model + G·d_head, and the cache saves a factor n
+        let crossover = 16 + 2 * 4;
+        for n in [crossover - 1, crossover, crossover + 1] {
+            for cached in [true, false] {
+                let c = token_cost(16, 4, 2, n, cached).unwrap();
+                assert_eq!(c.attention.cmp(&c.projections), n.cmp(&crossover), "n = {n}");
+            }
+            let (with, without) = (
+                token_cost(16, 4, 2, n, true).unwrap(),
+                token_cost(16, 4, 2, n, false).unwrap(),
+            );
+            assert_eq!(without.total(), n * with.total());
+        }
+        assert_eq!(
+            token_cost(16, 4, 3, 1, true).unwrap_err(),
+            AttentionError::KvHeads { heads: 4, kv_heads: 3 }
+        );
+        assert_eq!(
+            token_cost(16, 3, 1, 1, true).unwrap_err(),
+            AttentionError::Heads { heads: 3, d_model: 16 }
+        );
     }
 
     #[test]
