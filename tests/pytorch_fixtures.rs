@@ -13,6 +13,7 @@ use std::path::{Path, PathBuf};
 
 use attention::Float;
 use attention::alibi::{alibi_bias, alibi_slopes};
+use attention::gqa::sdpa_gqa;
 use attention::mask::Mask;
 use attention::multihead::MultiHeadAttention;
 use attention::rope::{Rope, RopeLayout};
@@ -350,4 +351,79 @@ fn alibi_matches_pytorch_f32() {
         3,
         "expected 3 f32 ALiBi cases"
     );
+}
+
+/// Sliding windows: `Mask::sliding_window` against the script's mask (`0 ≤ i − j < W`), then
+/// SDPA with it, plain and tiled.
+fn check_window_cases<A: Float + ReadableElement>(dtype: &str, tolerance: f64) -> usize {
+    let dirs = cases("window", dtype);
+    for dir in &dirs {
+        let (q, k, v) = (load::<A>(dir, "q"), load::<A>(dir, "k"), load::<A>(dir, "v"));
+        let len = q.shape()[q.ndim() - 2];
+        let window = scalar::<i64>(dir, "window") as usize;
+        let mask = Mask::sliding_window(len, window).unwrap();
+        assert_eq!(mask.as_array(), load::<bool>(dir, "mask").view(), "{}", dir.display());
+        let att = sdpa_batched(&q, &k, &v, Some(&mask)).unwrap();
+        assert_close(dir, "output", &att.output, &load(dir, "out"), tolerance);
+        assert_close(dir, "weights", &att.weights, &load(dir, "weights"), tolerance);
+        check_tiled_case(dir, (&q, &k, &v), Some(&mask), &att.output, tolerance);
+    }
+    dirs.len()
+}
+
+#[test]
+fn sliding_window_matches_pytorch_f64() {
+    assert_eq!(check_window_cases::<f64>("f64", F64_TOLERANCE), 4, "expected 4 f64 cases");
+}
+
+#[test]
+fn sliding_window_matches_pytorch_f32() {
+    assert_eq!(check_window_cases::<f32>("f32", F32_TOLERANCE), 4, "expected 4 f32 cases");
+}
+
+/// The mask a case used, built by the crate: `Mask::causal` or `Mask::sliding_window` as the
+/// case's `causal.npy` / `window.npy` say, checked against its `mask.npy`; `None` without one.
+fn case_mask(dir: &Path, len: usize) -> Option<Mask> {
+    let mask = if dir.join("window.npy").exists() {
+        Mask::sliding_window(len, scalar::<i64>(dir, "window") as usize).unwrap()
+    } else if dir.join("causal.npy").exists() || dir.join("mask.npy").exists() {
+        Mask::causal(len)
+    } else {
+        return None;
+    };
+    assert_eq!(mask.as_array(), load::<bool>(dir, "mask").view(), "{}", dir.display());
+    Some(mask)
+}
+
+/// Grouped-query SDPA against PyTorch's `enable_gqa=True` and against plain SDPA on keys and
+/// values repeated with `repeat_interleave`.
+fn check_sdpa_gqa_cases<A: Float + ReadableElement>(dtype: &str, tolerance: f64) -> usize {
+    let dirs = cases("sdpa_gqa", dtype);
+    for dir in &dirs {
+        let three = |name| load::<A>(dir, name).into_dimensionality::<Ix3>().unwrap();
+        let (q, k, v) = (three("q"), three("k"), three("v"));
+        let mask = case_mask(dir, q.dim().1);
+        let att = sdpa_gqa(&q, &k, &v, mask.as_ref()).unwrap();
+        let (output, weights) = (att.output.into_dyn(), att.weights.into_dyn());
+        assert_close(dir, "output (enable_gqa)", &output, &load(dir, "out"), tolerance);
+        assert_close(
+            dir,
+            "output (repeat_interleave)",
+            &output,
+            &load(dir, "out_repeat"),
+            tolerance,
+        );
+        assert_close(dir, "weights", &weights, &load(dir, "weights"), tolerance);
+    }
+    dirs.len()
+}
+
+#[test]
+fn sdpa_gqa_matches_pytorch_f64() {
+    assert_eq!(check_sdpa_gqa_cases::<f64>("f64", F64_TOLERANCE), 6, "expected 6 f64 cases");
+}
+
+#[test]
+fn sdpa_gqa_matches_pytorch_f32() {
+    assert_eq!(check_sdpa_gqa_cases::<f32>("f32", F32_TOLERANCE), 6, "expected 6 f32 cases");
 }
