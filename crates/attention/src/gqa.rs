@@ -117,8 +117,8 @@ pub fn sdpa_gqa<A: Float>(
     let Attention { output, weights } = sdpa_batched(&q, k, v, mask.as_ref())?;
     let d_v = output.shape()[2];
     Ok(Attention {
-        output: output.to_shape((heads, l_q, d_v)).expect("unstacked").into_owned(),
-        weights: weights.to_shape((heads, l_q, l_k)).expect("unstacked").into_owned(),
+        output: output.into_shape_clone((heads, l_q, d_v)).expect("unstacked"),
+        weights: weights.into_shape_clone((heads, l_q, l_k)).expect("unstacked"),
     })
 }
 // ANCHOR_END: sdpa_gqa
@@ -134,16 +134,23 @@ fn check_heads(q: &[usize], k: &[usize], v: &[usize]) -> Result<usize> {
 }
 
 /// A mask that broadcasts to the scores `(H, L_q, L_k)`, stacked like the queries in
-/// [`sdpa_gqa`]: `(G, group·L_q, L_k)`.
+/// [`sdpa_gqa`]: `(G, group·L_q, L_k)`, or `(group·L_q, L_k)` when every head has the same
+/// mask (it then broadcasts over the `G` stacks).
 fn stack_mask(mask: &Mask, scores: (usize, usize, usize), kv_heads: usize) -> Result<Mask> {
     let (heads, l_q, l_k) = scores;
+    let group = heads / kv_heads;
     let allowed = mask.as_array();
-    let full =
-        allowed.broadcast((heads, l_q, l_k)).ok_or_else(|| AttentionError::MaskShape {
-            mask: mask.shape().to_vec(),
-            scores: vec![heads, l_q, l_k],
-        })?;
-    let stacked = full.to_shape((kv_heads, heads / kv_heads * l_q, l_k)).expect("H = G·group");
+    let wrong = || AttentionError::MaskShape {
+        mask: mask.shape().to_vec(),
+        scores: vec![heads, l_q, l_k],
+    };
+    if allowed.ndim() == 2 {
+        let same = allowed.broadcast((l_q, l_k)).ok_or_else(wrong)?;
+        let stacked = Array2::from_shape_fn((group * l_q, l_k), |(r, j)| same[[r % l_q, j]]);
+        return Mask::from_array(stacked);
+    }
+    let full = allowed.broadcast((heads, l_q, l_k)).ok_or_else(wrong)?;
+    let stacked = full.to_shape((kv_heads, group * l_q, l_k)).expect("H = G·group");
     Mask::from_array(stacked.into_owned())
 }
 
