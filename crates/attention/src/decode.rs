@@ -150,8 +150,9 @@ impl<A: Float> KvCache<A> {
                 position: self.position,
             });
         }
-        let slot = self.position % slots; // a full cache never wraps; a window overwrites
-        self.keys.slice_mut(s![.., slot, ..]).assign(k); // its oldest token
+        // A full cache never wraps; a windowed one overwrites its oldest token.
+        let slot = self.position % slots;
+        self.keys.slice_mut(s![.., slot, ..]).assign(k);
         self.values.slice_mut(s![.., slot, ..]).assign(v);
         self.len = (self.len + 1).min(slots);
         self.position += 1;
