@@ -16,6 +16,7 @@
 //! | Queries, keys and values, The complete layer | [`self_attention`] | [`SelfAttention`](self_attention::SelfAttention): `W_Q`, `W_K`, `W_V`; cross-attention |
 //! | Multi-head attention | [`multihead`] | [`MultiHeadAttention`](multihead::MultiHeadAttention), [`split_heads`](multihead::split_heads), [`merge_heads`](multihead::merge_heads) |
 //! | Attention at scale | [`tiled`] | [`online_softmax`](tiled::online_softmax), [`tiled_sdpa`](tiled::tiled_sdpa), [`tiled_sdpa_batched`](tiled::tiled_sdpa_batched): no `L_q × L_k` matrix |
+//! | Where is each word? Position | [`position`] | [`permute_rows`](position::permute_rows), [`sinusoidal`](position::sinusoidal), [`shift_matrix`](position::shift_matrix), [`LearnedPositions`](position::LearnedPositions), [`add_positions`](position::add_positions): order for a layer that has none |
 //!
 //! Alongside: [`notebooks`] holds the numbers the seed notebooks printed (the tests and the
 //! chapters reproduce them), [`AttentionError`] is the one error type, and [`Float`] is the
@@ -51,6 +52,7 @@ pub mod mask;
 pub mod multihead;
 #[rustfmt::skip] // the printed matrices stay one row per line, as the notebooks printed them
 pub mod notebooks;
+pub mod position;
 pub mod projection;
 pub mod scores;
 pub mod sdpa;
