@@ -119,21 +119,21 @@ fn report() -> Result<String, Box<dyn Error>> {
     writeln!(out, "  frequencies: {:?}", frequencies(4))?;
     let pe = sinusoidal::<f64>(0, 3, 4, SinusoidLayout::Interleaved)?;
     for (p, r) in pe.rows().into_iter().enumerate() {
-        writeln!(out, "  PE({p}) = {}", row(&r, 4))?;
+        writeln!(out, "  PE({p}) = {}", row(r, 4))?;
     }
     let concatenated = sinusoidal::<f64>(1, 1, 4, SinusoidLayout::Concatenated)?;
-    writeln!(out, "  concatenated (sin, sin, cos, cos): PE(1) = {}", row(&concatenated.row(0), 4))?;
+    writeln!(out, "  concatenated (sin, sin, cos, cos): PE(1) = {}", row(concatenated.row(0), 4))?;
     writeln!(out, "\nAn odd width, d_model = 5: frequencies 10000^(-2i/5), i = 0, 1, 2")?;
     writeln!(out, "  frequencies: {}", row(&frequencies(5), 6))?;
     let odd = sinusoidal::<f64>(1, 1, 5, SinusoidLayout::Interleaved)?;
-    writeln!(out, "  PE(1) = {} (column 4: a sine without a cosine)", row(&odd.row(0), 4))?;
+    writeln!(out, "  PE(1) = {} (column 4: a sine without a cosine)", row(odd.row(0), 4))?;
 
     writeln!(out, "\nMoving one position on is a rotation of each pair: PE(p + 1) = PE(p) M_1")?;
     let m: Array2<f64> = shift_matrix(4, 1, SinusoidLayout::Interleaved);
     writeln!(out, "M_1 for d_model = 4:\n{m:.4}")?;
     let moved = pe.slice(s![1..2, ..]).dot(&m);
-    writeln!(out, "  PE(1) M_1 = {}", row(&moved.row(0), 4))?;
-    writeln!(out, "  PE(2)     = {}", row(&pe.row(2), 4))?;
+    writeln!(out, "  PE(1) M_1 = {}", row(moved.row(0), 4))?;
+    writeln!(out, "  PE(2)     = {}", row(pe.row(2), 4))?;
     let mut worst: f64 = 0.0;
     let table = sinusoidal::<f64>(0, 1100, 64, SinusoidLayout::Interleaved)?;
     for k in [1, 7, 100] {
@@ -142,7 +142,10 @@ fn report() -> Result<String, Box<dyn Error>> {
         worst = worst.max(max_diff(&moved, &table.slice(s![k as usize..1000 + k as usize, ..])));
     }
     let ok = worst < 1e-12;
-    writeln!(out, "  d_model = 64, p < 1000, k = 1, 7, 100: PE(p) M_k = PE(p + k) within 1e-12: {ok}")?;
+    writeln!(
+        out,
+        "  d_model = 64, p < 1000, k = 1, 7, 100: PE(p) M_k = PE(p + k) within 1e-12: {ok}"
+    )?;
 
     writeln!(out, "\nPE(p).PE(p + k) / (d_model / 2), against the distance k:")?;
     const KS: [i64; 7] = [0, 1, 2, 10, 50, 100, -10];
@@ -179,11 +182,18 @@ pub fn render_figures(out_dir: &Path) -> Result<Vec<PathBuf>, Box<dyn Error>> {
         }
     }
     let shuffled = out_dir.join("ch09_shuffled.png");
-    grid.range(ValueRange::Fixed(0.0, 1.0)).colorbar_label("attention weight").columns(2).save(&shuffled)?;
+    grid.range(ValueRange::Fixed(0.0, 1.0))
+        .colorbar_label("attention weight")
+        .columns(2)
+        .save(&shuffled)?;
 
     let (l, d) = (64, 64);
-    let mut grid = HeatmapGrid::new().title(format!("Sinusoidal encodings of positions 0…{}, d_model = {d}", l - 1));
-    for (layout, name) in [(SinusoidLayout::Interleaved, "interleaved (paper)"), (SinusoidLayout::Concatenated, "concatenated (sines, then cosines)")] {
+    let mut grid = HeatmapGrid::new()
+        .title(format!("Sinusoidal encodings of positions 0…{}, d_model = {d}", l - 1));
+    for (layout, name) in [
+        (SinusoidLayout::Interleaved, "interleaved (paper)"),
+        (SinusoidLayout::Concatenated, "concatenated (sines, then cosines)"),
+    ] {
         let pe = sinusoidal::<f64>(0, l, d, layout)?;
         grid = grid.panel(Panel::new(&pe).title(name));
     }
