@@ -17,6 +17,8 @@
 //! | Multi-head attention | [`multihead`] | [`MultiHeadAttention`](multihead::MultiHeadAttention), [`split_heads`](multihead::split_heads), [`merge_heads`](multihead::merge_heads) |
 //! | Attention at scale | [`tiled`] | [`online_softmax`](tiled::online_softmax), [`tiled_sdpa`](tiled::tiled_sdpa), [`tiled_sdpa_batched`](tiled::tiled_sdpa_batched): no `L_q × L_k` matrix |
 //! | Where is each word? Position | [`position`] | [`permute_rows`](position::permute_rows), [`sinusoidal`](position::sinusoidal), [`shift_matrix`](position::shift_matrix), [`LearnedPositions`](position::LearnedPositions), [`add_positions`](position::add_positions): order for a layer that has none |
+//! | Where is each word? Position | [`rope`] | [`Rope`](rope::Rope), [`RopeLayout`](rope::RopeLayout), [`layout_permutation`](rope::layout_permutation): rotary position embeddings, both layouts |
+//! | Where is each word? Position | [`alibi`] | [`alibi_slopes`](alibi::alibi_slopes), [`alibi_bias`](alibi::alibi_bias): linear biases on the scores |
 //!
 //! Alongside: [`notebooks`] holds the numbers the seed notebooks printed (the tests and the
 //! chapters reproduce them), [`AttentionError`] is the one error type, and [`Float`] is the
@@ -44,6 +46,7 @@
 #![doc(test(attr(deny(warnings))))]
 #![warn(missing_docs)]
 
+pub mod alibi;
 mod batched;
 pub mod embeddings;
 pub mod error;
@@ -54,6 +57,7 @@ pub mod multihead;
 pub mod notebooks;
 pub mod position;
 pub mod projection;
+pub mod rope;
 pub mod scores;
 pub mod sdpa;
 pub mod self_attention;
