@@ -1,13 +1,15 @@
 //! Chapter 9, *Where is each word? Position*: self-attention cannot tell "the dog bit the man"
 //! from "the man bit the dog"; sinusoidal encodings (both layouts, an odd width, the shift as
-//! a rotation, the dot product against distance) and a learned table.
+//! a rotation, the dot product against distance), a learned table, RoPE (both layouts, the
+//! relative property, two bases) and ALiBi (slopes, biases).
 //!
 //! ```text
 //! cargo run --release --example ch09_position [-- --out-dir DIR] [--help]
 //! ```
 //!
 //! Prints the numbers the chapter quotes (the same text goes to `ch09_output.txt`) and draws
-//! `ch09_shuffled.png`, `ch09_sinusoidal.png` and `ch09_dot_distance.png`.
+//! `ch09_shuffled.png`, `ch09_sinusoidal.png`, `ch09_dot_distance.png`,
+//! `ch09_rope_distance.png` and `ch09_alibi.png`.
 
 mod common;
 
@@ -15,13 +17,17 @@ use std::error::Error;
 use std::fmt::Write;
 use std::path::{Path, PathBuf};
 
+use attention::alibi::{alibi_bias, alibi_slopes};
 use attention::embeddings::{EmbeddingTable, Vocabulary};
+use attention::mask::Mask;
 use attention::position::{
     LearnedPositions, SinusoidLayout, add_positions, frequencies, permute_rows, permute_weights,
     shift_matrix, sinusoidal,
 };
+use attention::rope::{Rope, RopeLayout, layout_permutation};
 use attention::sdpa::Attention;
 use attention::self_attention::SelfAttention;
+use attention::softmax::softmax;
 use figures::{ColorScheme, HeatmapGrid, LineChart, Panel, ValueRange};
 use ndarray::{Array2, ArrayRef, Dimension, Ix2, s};
 use rand::{SeedableRng, rngs::StdRng};
@@ -167,7 +173,156 @@ fn report() -> Result<String, Box<dyn Error>> {
     let learned = LearnedPositions::<f64>::random(16, D_MODEL, &mut StdRng::seed_from_u64(10))?;
     writeln!(out, "  lookup(0, 5): {:?}", learned.lookup(0, 5)?.shape())?;
     writeln!(out, "  lookup(14, 3): error: {}", learned.lookup(14, 3).unwrap_err())?;
+    rope_report(&mut out)?;
+    alibi_report(&mut out)?;
     Ok(common::wrap_wide_rows(&out))
+}
+
+/// `q` rotated as the token at position `m`, dotted with `k` rotated as the token at `n`.
+fn rope_score(rope: &Rope, q: &Array2<f64>, m: usize, k: &Array2<f64>, n: usize) -> f64 {
+    let (q, k) = (rope.apply(q, m).expect("q is (1, d_head)"), rope.apply(k, n).expect("k too"));
+    q.row(0).dot(&k.row(0))
+}
+
+/// The score of `q = k = (1, …, 1)` of width [`ROPE_D`] at relative distance `k`.
+fn ones_score(base: f64, k: usize) -> Result<f64, Box<dyn Error>> {
+    let rope = Rope::new(ROPE_D, base, RopeLayout::RotateHalf)?;
+    let ones = Array2::ones((1, ROPE_D));
+    Ok(rope_score(&rope, &ones, k, &ones, 0))
+}
+
+/// Head width of the RoPE figure, and its two bases.
+const ROPE_D: usize = 64;
+const BASES: [f64; 2] = [10_000.0, 100.0];
+
+/// The RoPE part of the report.
+fn rope_report(out: &mut String) -> Result<(), Box<dyn Error>> {
+    writeln!(out, "\nRoPE, d_head = 2 (one pair, theta_0 = 1): q = k = (1, 0)")?;
+    let rope = Rope::new(2, 10_000.0, RopeLayout::RotateHalf)?;
+    let e = ndarray::array![[1.0, 0.0]];
+    for (m, n) in [(3, 1), (7, 5), (1003, 1001), (1, 3)] {
+        writeln!(out, "  q at {m:>4}, k at {n:>4}: score {:.4}", rope_score(&rope, &e, m, &e, n))?;
+    }
+
+    let mut rng = StdRng::seed_from_u64(11);
+    let x = attention::embeddings::EmbeddingTable::<f64>::random(2, 8, &mut rng)?.table().clone();
+    let (q, k) = (x.slice(s![0..1, ..]).to_owned(), x.slice(s![1..2, ..]).to_owned());
+    writeln!(
+        out,
+        "\nRoPE, d_head = 8, base 10000, seeded q and k (unrotated q.k = {:.4}):",
+        q.row(0).dot(&k.row(0))
+    )?;
+    for layout in [RopeLayout::RotateHalf, RopeLayout::Interleaved] {
+        let rope = Rope::new(8, 10_000.0, layout)?;
+        let scores: Vec<String> = [(3, 0), (50, 47), (1000, 997), (0, 3)]
+            .into_iter()
+            .map(|(m, n)| format!("({m}, {n}): {:.4}", rope_score(&rope, &q, m, &k, n)))
+            .collect();
+        writeln!(out, "  {layout:?}: {}", scores.join(", "))?;
+    }
+    let rope = Rope::new(8, 10_000.0, RopeLayout::RotateHalf)?;
+    let turned = rope.apply(&q, 1000)?;
+    let norm = |v: ndarray::ArrayView1<f64>| v.dot(&v).sqrt();
+    writeln!(
+        out,
+        "  |q| = {:.4}, |q rotated to position 1000| = {:.4}",
+        norm(q.row(0)),
+        norm(turned.row(0))
+    )?;
+    writeln!(out, "  thetas: {}", row(&rope.thetas(), 4))?;
+
+    writeln!(
+        out,
+        "\nThe two layouts, d_head = 8: layout_permutation(8) = {:?}",
+        layout_permutation(8)?
+    )?;
+    let (d_model, len) = (8, 12);
+    let mut rng = StdRng::seed_from_u64(12);
+    let x = attention::embeddings::EmbeddingTable::<f64>::random(len, d_model, &mut rng)?
+        .table()
+        .clone();
+    let layer = SelfAttention::<f64>::random(d_model, 8, 8, &mut rng)?;
+    let (q, k) = (layer.w_q().apply(&x)?, layer.w_k().apply(&x)?);
+    let scores = |layout: RopeLayout,
+                  q: &Array2<f64>,
+                  k: &Array2<f64>|
+     -> Result<Array2<f64>, Box<dyn Error>> {
+        let rope = Rope::new(8, 10_000.0, layout)?;
+        Ok(rope.apply(q, 0)?.dot(&rope.apply(k, 0)?.t()))
+    };
+    let right = scores(RopeLayout::RotateHalf, &q, &k)?;
+    let perm = layout_permutation(8)?;
+    let inverse = attention::position::inverse_permutation(&perm)?;
+    let (q_moved, k_moved) =
+        (q.select(ndarray::Axis(1), &inverse), k.select(ndarray::Axis(1), &inverse));
+    let moved = scores(RopeLayout::Interleaved, &q_moved, &k_moved)?;
+    writeln!(
+        out,
+        "  rotate-half weights, columns moved for interleaved: scores agree within 1e-12: {}",
+        max_diff(&right, &moved) < 1e-12
+    )?;
+    let wrong = scores(RopeLayout::Interleaved, &q, &k)?;
+    let diagonal = (0..len).map(|i| (right[[i, i]] - wrong[[i, i]]).abs()).fold(0.0, f64::max);
+    let first = right[[0, 0]] == wrong[[0, 0]];
+    writeln!(out, "  the same weights run with the wrong layout (interleaved):")?;
+    writeln!(
+        out,
+        "    token 0 with itself: exactly equal: {first}; any q_m.k_m: within 1e-12: {}",
+        diagonal < 1e-12
+    )?;
+    let largest = right.iter().fold(0.0_f64, |m, v| m.max(v.abs()));
+    writeln!(
+        out,
+        "    other scores: off by up to {:.4} (the largest |score| is {largest:.4})",
+        max_diff(&right, &wrong)
+    )?;
+
+    writeln!(
+        out,
+        "\nScore of q = k = (1, ..., 1), d_head = {ROPE_D}, against the distance m - n:"
+    )?;
+    for base in BASES {
+        let values: Vec<String> = [0, 1, 10, 100, 500]
+            .into_iter()
+            .map(|k| Ok(format!("{k}: {:.2}", ones_score(base, k)?)))
+            .collect::<Result<_, Box<dyn Error>>>()?;
+        writeln!(out, "  base {base:>6}: {}", values.join(", "))?;
+    }
+    let twice_pe = 2.0 * dot_at_distance(ROPE_D, 0, 10)? * (ROPE_D as f64 / 2.0);
+    let same = (ones_score(10_000.0, 10)? - twice_pe).abs() < 1e-9;
+    writeln!(
+        out,
+        "  (base 10000: twice the sinusoidal PE(p).PE(p + k) of d_model = {ROPE_D}: {same})"
+    )?;
+    Ok(())
+}
+
+/// The ALiBi part of the report.
+fn alibi_report(out: &mut String) -> Result<(), Box<dyn Error>> {
+    writeln!(out, "\nALiBi slopes")?;
+    for heads in [8, 6, 12] {
+        writeln!(out, "  {heads:>2} heads: {}", row(&alibi_slopes(heads)?, 4))?;
+    }
+    let naive: Vec<f64> = (1..=6).map(|h| 2f64.powf(-8.0 * h as f64 / 6.0)).collect();
+    writeln!(out, "   6 heads, 2^(-8h/6) (not the rule): {}", row(&naive, 4))?;
+    let slopes = alibi_slopes(8)?;
+    let bias: ndarray::Array3<f64> = alibi_bias(&slopes, 5, 5);
+    writeln!(
+        out,
+        "\nbias of head 0 (m = 1/2), L = 5 (above the diagonal: masked by the causal mask):"
+    )?;
+    writeln!(out, "{:.2}", bias.index_axis(ndarray::Axis(0), 0))?;
+    writeln!(out, "\nEqual scores, causal mask, L = 8: the weights of the last query")?;
+    let l = 8;
+    let bias: ndarray::Array3<f64> = alibi_bias(&slopes, l, l);
+    let mut scores = bias.clone();
+    Mask::causal(l).apply(&mut scores)?;
+    let weights = softmax(&scores);
+    for h in [0, 3, 7] {
+        let last = weights.slice(s![h, l - 1, ..]);
+        writeln!(out, "  head {h} (m = {:.4}): {}", slopes[h], row(&last, 3))?;
+    }
+    Ok(())
 }
 
 /// Draws this chapter's figures and writes its report into `out_dir`; returns the files written.
@@ -220,18 +375,52 @@ pub fn render_figures(out_dir: &Path) -> Result<Vec<PathBuf>, Box<dyn Error>> {
     let dots = out_dir.join("ch09_dot_distance.png");
     chart.save(&dots)?;
 
+    let mut chart = LineChart::new()
+        .title(format!("RoPE: the score of q = k = (1, …, 1), d_head = {ROPE_D}"))
+        .x_label("relative distance m − n")
+        .y_label("rotated q · rotated k")
+        .markers(false);
+    for base in BASES {
+        let points: Vec<(f64, f64)> = (0..=512)
+            .map(|k| Ok((k as f64, ones_score(base, k)?)))
+            .collect::<Result<_, Box<dyn Error>>>()?;
+        chart = chart.series(format!("base {base}"), points);
+    }
+    let rope_png = out_dir.join("ch09_rope_distance.png");
+    chart.save(&rope_png)?;
+
+    let (heads, l) = (4, 8);
+    let slopes = alibi_slopes(heads)?;
+    let bias: ndarray::Array3<f64> = alibi_bias(&slopes, l, l);
+    let causal = Array2::from_shape_fn((l, l), |(i, j)| j <= i);
+    let mut grid = HeatmapGrid::new()
+        .title(format!("ALiBi: the bias each of {heads} heads adds to the scores"));
+    for (h, m) in slopes.iter().enumerate() {
+        let title = format!("head {h}: m = 1/{}", (1.0 / m).round());
+        let panel = Panel::new(&bias.index_axis(ndarray::Axis(0), h)).title(title).allowed(&causal);
+        grid = grid.panel(panel);
+    }
+    let alibi_png = out_dir.join("ch09_alibi.png");
+    grid.scheme(ColorScheme::Diverging)
+        .range(ValueRange::Fixed(-1.75, 1.75))
+        .row_title("query i")
+        .col_title("key j")
+        .colorbar_label("bias −m·(i − j)")
+        .precision(2)
+        .save(&alibi_png)?;
+
     let text = out_dir.join("ch09_output.txt");
     std::fs::write(&text, report()?)?;
-    Ok(vec![shuffled, table, dots, text])
+    Ok(vec![shuffled, table, dots, rope_png, alibi_png, text])
 }
 
 /// What `--help` says this example does.
 const ABOUT: &str = "\
     Chapter 9, Where is each word? Position: attention cannot tell word order; sinusoidal \
-    encodings and a learned table.\n\n\
+    encodings, a learned table, RoPE and ALiBi.\n\n\
     Prints the numbers the chapter quotes (the same text goes to ch09_output.txt) and draws \
-    ch09_shuffled.png, ch09_sinusoidal.png and ch09_dot_distance.png into book/img/ (or \
-    --out-dir).";
+    ch09_shuffled.png, ch09_sinusoidal.png, ch09_dot_distance.png, ch09_rope_distance.png and \
+    ch09_alibi.png into book/img/ (or --out-dir).";
 
 fn main() -> Result<(), Box<dyn Error>> {
     common::run_chapter(env!("CARGO_CRATE_NAME"), ABOUT, render_figures)
