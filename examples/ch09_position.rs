@@ -320,7 +320,7 @@ fn alibi_report(out: &mut String) -> Result<(), Box<dyn Error>> {
     let weights = softmax(&scores);
     for h in [0, 3, 7] {
         let last = weights.slice(s![h, l - 1, ..]);
-        writeln!(out, "  head {h} (m = {:.4}): {}", slopes[h], row(&last, 3))?;
+        writeln!(out, "  head {h} (m = {:.4}): {}", slopes[h], row(last, 3))?;
     }
     Ok(())
 }
