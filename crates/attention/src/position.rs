@@ -149,6 +149,15 @@ pub fn frequencies(d_model: usize) -> Vec<f64> {
 /// ([`frequencies`]); they differ only in the order of the columns, so one is the other with
 /// its columns permuted.
 ///
+/// - `Interleaved`: column `2i` holds `sin(p·ω_i)` and column `2i + 1` holds `cos(p·ω_i)`,
+///   the paper's formula and the Annotated Transformer's code (`pe[:, 0::2]`, `pe[:, 1::2]`).
+///   For an odd `d_model` the last column, `d_model − 1`, is a sine without a cosine.
+/// - `Concatenated`: all the sines first, columns `0 .. ⌈d/2⌉`, then all the cosines, the
+///   order of tensor2tensor's `get_timing_signal_1d` and fairseq's
+///   `SinusoidalPositionalEmbedding` (which also space their frequencies differently; see the
+///   chapter). For an odd `d_model` the unpaired sine is the last sine, column
+///   `(d_model − 1) / 2`.
+///
 /// ```
 /// use attention::position::{SinusoidLayout, sinusoidal};
 ///
@@ -161,14 +170,9 @@ pub fn frequencies(d_model: usize) -> Vec<f64> {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 // ANCHOR: sinusoid_layout
 pub enum SinusoidLayout {
-    /// Column `2i` holds `sin(p·ω_i)` and column `2i + 1` holds `cos(p·ω_i)`: the paper's
-    /// formula, and the Annotated Transformer's code (`pe[:, 0::2]`, `pe[:, 1::2]`). For an
-    /// odd `d_model` the last column, `d_model − 1`, is a sine without a cosine.
+    /// sin, cos, sin, cos, …: columns `2i` and `2i + 1` (the paper).
     Interleaved,
-    /// All the sines first, columns `0 .. ⌈d/2⌉`, then all the cosines: the order of
-    /// tensor2tensor's `get_timing_signal_1d` and fairseq's `SinusoidalPositionalEmbedding`
-    /// (which also space their frequencies differently; see the chapter). For an odd `d_model`
-    /// the sine without a cosine is the last sine, column `(d_model − 1) / 2`.
+    /// sin, sin, …, cos, cos, …: the sines, then the cosines (tensor2tensor, fairseq).
     Concatenated,
 }
 
@@ -309,6 +313,7 @@ impl<A: Float> LearnedPositions<A> {
     /// assert!(LearnedPositions::new(Array2::<f64>::zeros((16, 4))).is_ok());
     /// assert!(LearnedPositions::new(Array2::<f64>::zeros((0, 4))).is_err());
     /// ```
+    // ANCHOR: learned_positions
     pub fn new(table: Array2<A>) -> Result<Self> {
         for (size, dim) in [(table.nrows(), "max_len"), (table.ncols(), "d_model")] {
             if size == 0 {
@@ -317,6 +322,8 @@ impl<A: Float> LearnedPositions<A> {
         }
         Ok(LearnedPositions { table })
     }
+
+    // ANCHOR_END: learned_positions
 
     /// A table of standard-normal entries drawn from `rng`, as
     /// [`EmbeddingTable::random`](crate::embeddings::EmbeddingTable::random) draws the token
@@ -363,9 +370,12 @@ impl<A: Float> LearnedPositions<A> {
     ///
     /// assert_eq!(LearnedPositions::new(Array2::<f64>::zeros((5, 2))).unwrap().max_len(), 5);
     /// ```
+    // ANCHOR: learned_positions
     pub fn max_len(&self) -> usize {
         self.table.nrows()
     }
+
+    // ANCHOR_END: learned_positions
 
     /// The width of a row.
     ///
