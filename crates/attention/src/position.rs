@@ -9,7 +9,8 @@
 //! the paper's interleaved column order or the concatenated order of tensor2tensor and
 //! fairseq, see [`SinusoidLayout`]), or a learned table, [`LearnedPositions`]. The sinusoids
 //! have a property the chapter builds on for RoPE: moving `k` positions on is a fixed rotation
-//! of each sine/cosine pair, [`shift_matrix`].
+//! of each sine/cosine pair, [`shift_matrix`]. The chapter's other two answers, rotating the
+//! queries and keys and biasing the scores, are [`crate::rope`] and [`crate::alibi`].
 //!
 //! Anchors (below the doc comments): `check_permutation`, `permute_rows`, `permute_weights`,
 //! `frequencies`, `sinusoid_layout`, `sinusoidal`, `shift_matrix`, `learned_positions`,
