@@ -276,6 +276,8 @@ fn rope_report(out: &mut String) -> Result<(), Box<dyn Error>> {
         "    other scores: off by up to {:.4} (the largest |score| is {largest:.4})",
         max_diff(&right, &wrong)
     )?;
+    let one_apart = (1..len).map(|i| (right[[i, i - 1]] - wrong[[i, i - 1]]).abs());
+    writeln!(out, "    one position apart: off by up to {:.4}", one_apart.fold(0.0, f64::max))?;
 
     writeln!(
         out,
