@@ -14,9 +14,9 @@
 //! - [`RopeLayout::Interleaved`] pairs columns `2i` and `2i + 1` (RoFormer's formula, GPT-J,
 //!   Meta's original Llama code with complex numbers).
 //!
-//! A model trained with one layout and run with the other still gets the first token right
-//! (position 0 is not rotated) and every score of a query with its own key, and nothing else:
-//! a one-token test passes, and the text turns to garbage after the first tokens.
+//! A model trained with one layout and run with the other still gets position 0 right (it is
+//! not rotated) and every score of a query with its own key, and nothing else: a one-token
+//! test passes, and every score between two different positions is wrong.
 //! [`layout_permutation`] reorders the columns of `W_Q` and `W_K` to move weights from one
 //! layout to the other.
 //!
