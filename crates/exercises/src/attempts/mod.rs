@@ -15,3 +15,4 @@ mod ch05;
 mod ch06;
 mod ch07;
 mod ch08;
+mod ch10;
