@@ -1,36 +1,46 @@
-//! Chapter 10, *Generating one token at a time*: sharing key/value heads, the size of a KV
-//! cache, and which positions a windowed cache holds.
+//! Chapter 10, *Generating one token at a time*: key/value heads shared by groups of query
+//! heads, the size of a KV cache, and which positions a windowed cache holds.
 
+use attention::multihead::head_width;
 use attention::{AttentionError, Result};
-use ndarray::{Array3, ArrayRef3, Axis};
+use ndarray::{Array2, ArrayRef2};
 
-use crate::call;
+use crate::{call, close};
 
-/// Exercise 10.1: the keys (or values) of `G` key/value heads, `(G, L, d)`, repeated for
-/// `heads` query heads, `(H, L, d)`, in the order of PyTorch's `enable_gqa` (its
-/// `repeat_interleave`): key/value head `j` serves query heads `j·H/G … (j+1)·H/G − 1`, so
-/// query head `h` reads head `h / (H/G)`. `G = 0`, or a `G` that does not divide `H`, is an
-/// error.
+/// Exercise 10.1: a grouped-query key (or value) projection made from a multi-head one. `w`
+/// is a multi-head `W_K`, `(d_model, H·d_head)`, whose head `h` is columns
+/// `h·d_head … (h+1)·d_head − 1`; the answer is a `(d_model, G·d_head)` matrix whose
+/// key/value head `j` is the average of the `H/G` heads it will serve,
+/// `j·H/G … (j+1)·H/G − 1` (the order of PyTorch's `enable_gqa`). A number of heads that does
+/// not divide the width, `G = 0`, or a `G` that does not divide `H` is an error.
 ///
 /// ```
-/// use exercises::ch10::repeat_kv;
+/// use exercises::ch10::pool_kv_heads;
 /// use ndarray::array;
 ///
-/// let kv = array![[[0.0, 1.0]], [[2.0, 3.0]]]; // G = 2 heads of one key each
-/// let repeated = repeat_kv(&kv, 4).unwrap();
-/// assert_eq!(repeated, array![[[0.0, 1.0]], [[0.0, 1.0]], [[2.0, 3.0]], [[2.0, 3.0]]]);
-/// assert!(repeat_kv(&kv, 3).is_err()); // 2 does not divide 3
+/// // d_model = 1, H = 4 heads of width 1, G = 2: heads 0 and 1 share, and so do 2 and 3.
+/// let w = array![[1.0, 3.0, 10.0, 20.0]];
+/// assert_eq!(pool_kv_heads(&w, 4, 2).unwrap(), array![[2.0, 15.0]]);
+/// assert!(pool_kv_heads(&w, 4, 3).is_err()); // 3 does not divide 4
 /// ```
-// ANCHOR: repeat_kv
-pub fn repeat_kv(kv: &ArrayRef3<f64>, heads: usize) -> Result<Array3<f64>> {
-    let (kv_heads, len, width) = kv.dim();
+// ANCHOR: pool_kv_heads
+pub fn pool_kv_heads(
+    w: &ArrayRef2<f64>,
+    heads: usize,
+    kv_heads: usize,
+) -> Result<Array2<f64>> {
+    let d_head = head_width(w.ncols(), heads)?;
     if kv_heads == 0 || !heads.is_multiple_of(kv_heads) {
         return Err(AttentionError::KvHeads { heads, kv_heads });
     }
-    let group = heads / kv_heads; // query heads per key/value head
-    Ok(Array3::from_shape_fn((heads, len, width), |(h, i, c)| kv[[h / group, i, c]]))
+    let group = heads / kv_heads; // the query heads that share one key/value head
+    Ok(Array2::from_shape_fn((w.nrows(), kv_heads * d_head), |(r, c)| {
+        let (j, col) = (c / d_head, c % d_head);
+        let members = (j * group..(j + 1) * group).map(|h| w[[r, h * d_head + col]]);
+        members.sum::<f64>() / group as f64
+    }))
 }
-// ANCHOR_END: repeat_kv
+// ANCHOR_END: pool_kv_heads
 
 /// Exercise 10.2: the bytes a KV cache holds after `tokens` tokens, for `layers` layers of
 /// `kv_heads` key/value heads of width `d_head`, `bytes_per_element` bytes per number (2 for
@@ -81,78 +91,64 @@ pub fn slot_positions(tokens_seen: usize, window: usize) -> Result<Vec<usize>> {
 }
 // ANCHOR_END: slot_positions
 
-/// `kv` as text, one head per `[...]`, for the checks' messages.
-fn heads_text(kv: &ArrayRef3<f64>) -> String {
-    let heads: Vec<String> = kv
-        .axis_iter(Axis(0))
-        .map(|head| format!("{:?}", head.iter().collect::<Vec<_>>()))
-        .collect();
-    heads.join(", ")
-}
-
-/// Checks an answer to exercise 10.1 ([`repeat_kv`]): for `(H, G)` = (4, 1), (4, 2), (6, 2),
-/// (6, 3), (4, 4) and (8, 2), every query head must hold exactly key/value head
-/// `h / (H/G)` (the order of `repeat_interleave`, not of `repeat`); `G = 0` and a `G` that
-/// does not divide `H` must be errors, not panics.
+/// Checks an answer to exercise 10.1 ([`pool_kv_heads`]): for `(H, G)` = (4, 1), (4, 2),
+/// (6, 2), (6, 3), (4, 4) and (8, 2), with heads of width 2, every key/value head must be the
+/// mean of the query heads `j·H/G … (j+1)·H/G − 1` (consecutive heads, not every `G`-th);
+/// a width that `H` does not divide, `G = 0` and a `G` that does not divide `H` must be
+/// errors, not panics.
 ///
 /// ```
-/// use exercises::ch10::{check_repeat_kv, repeat_kv};
-/// use ndarray::{Array3, ArrayRef3};
+/// use exercises::ch10::{check_pool_kv_heads, pool_kv_heads};
 ///
-/// assert_eq!(check_repeat_kv(repeat_kv), Ok(()));
-/// // The heads tiled (PyTorch's `repeat`): query head h reads head h mod G.
-/// let tiled = |kv: &ArrayRef3<f64>, heads: usize| {
-///     let (g, l, d) = kv.dim();
-///     Ok(Array3::from_shape_fn((heads, l, d), |(h, i, c)| kv[[h % g, i, c]]))
+/// assert_eq!(check_pool_kv_heads(pool_kv_heads), Ok(()));
+/// // The first head of each group instead of the mean.
+/// let first = |w: &ndarray::ArrayRef2<f64>, heads: usize, kv_heads: usize| {
+///     let (d, group) = (w.ncols() / heads, heads / kv_heads);
+///     let columns: Vec<usize> =
+///         (0..kv_heads).flat_map(|j| (0..d).map(move |c| j * group * d + c)).collect();
+///     Ok(w.select(ndarray::Axis(1), &columns))
 /// };
-/// assert!(check_repeat_kv(tiled).is_err());
+/// assert!(check_pool_kv_heads(first).is_err());
 /// ```
-pub fn check_repeat_kv(
-    repeat_kv: impl Fn(&ArrayRef3<f64>, usize) -> Result<Array3<f64>>,
+pub fn check_pool_kv_heads(
+    pool_kv_heads: impl Fn(&ArrayRef2<f64>, usize, usize) -> Result<Array2<f64>>,
 ) -> Result<(), String> {
-    // Entry (j, i, c) is 100 j + 10 i + c: every head, row and column can be told apart.
-    let kv_of =
-        |g: usize| Array3::from_shape_fn((g, 3, 2), |(j, i, c)| (100 * j + 10 * i + c) as f64);
+    let d_head = 2;
+    // Entry (r, c) is r + 10 c: every row and column can be told apart.
+    let w_of = |heads: usize| {
+        Array2::from_shape_fn((3, heads * d_head), |(r, c)| (r + 10 * c) as f64)
+    };
     for (heads, kv_heads) in [(4, 1), (4, 2), (6, 2), (6, 3), (4, 4), (8, 2)] {
-        let kv = kv_of(kv_heads);
-        let what = format!("repeat_kv(kv, {heads}) for G = {kv_heads} heads of (3, 2) keys");
-        let got = call(&what, || repeat_kv(&kv, heads))?;
-        let got = got.map_err(|e| format!("{what} returned the error \"{e}\""))?;
-        if got.dim() != (heads, 3, 2) {
-            return Err(format!(
-                "{what} has shape {:?}, expected [{heads}, 3, 2]",
-                got.shape()
-            ));
-        }
+        let w = w_of(heads);
         let group = heads / kv_heads;
-        for h in 0..heads {
-            let expected = kv.index_axis(Axis(0), h / group);
-            if got.index_axis(Axis(0), h) != expected {
-                return Err(format!(
-                    "{what}: query head {h} holds {:?}, but it should hold key/value head \
-                     {} = {:?} (head j serves query heads j·{group} … j·{group} + {}, the \
-                     order of repeat_interleave). The heads were: {}",
-                    got.index_axis(Axis(0), h).iter().collect::<Vec<_>>(),
-                    h / group,
-                    expected.iter().collect::<Vec<_>>(),
-                    group - 1,
-                    heads_text(&kv),
-                ));
-            }
-        }
+        let expected = Array2::from_shape_fn((3, kv_heads * d_head), |(r, c)| {
+            let (j, col) = (c / d_head, c % d_head);
+            let sum: f64 = (0..group).map(|m| w[[r, (j * group + m) * d_head + col]]).sum();
+            sum / group as f64
+        });
+        let what = format!(
+            "pool_kv_heads(w, {heads}, {kv_heads}) for a w: (3, {}) with entries r + 10·c \
+             (each key/value head the mean of query heads j·{group} … j·{group} + {})",
+            heads * d_head,
+            group - 1
+        );
+        let got = call(&what, || pool_kv_heads(&w, heads, kv_heads))?;
+        let got = got.map_err(|e| format!("{what} returned the error \"{e}\""))?;
+        close(&what, &got, &expected, 1e-12)?;
     }
-    for (heads, kv_heads, why) in [
-        (5, 2, "2 key/value heads do not divide 5 query heads"),
-        (4, 3, "3 key/value heads do not divide 4 query heads"),
-        (4, 0, "there are no key/value heads at all"),
+    for (heads, kv_heads, width, why) in [
+        (5, 2, 10, "2 key/value heads do not divide 5 query heads"),
+        (4, 3, 8, "3 key/value heads do not divide 4 query heads"),
+        (4, 0, 8, "there are no key/value heads at all"),
+        (4, 2, 6, "4 heads do not divide a width of 6 columns"),
     ] {
-        let kv = kv_of(kv_heads);
-        let what = format!("repeat_kv(kv, {heads}) for G = {kv_heads}");
-        let result = call(&what, || repeat_kv(&kv, heads))
+        let w = Array2::<f64>::zeros((3, width));
+        let what = format!("pool_kv_heads(w, {heads}, {kv_heads}) for a w: (3, {width})");
+        let result = call(&what, || pool_kv_heads(&w, heads, kv_heads))
             .map_err(|panic| format!("{panic}; it should return an error ({why})"))?;
         if let Ok(got) = result {
             return Err(format!(
-                "{what} returned an array of shape {:?} instead of an error ({why})",
+                "{what} returned a matrix of shape {:?} instead of an error ({why})",
                 got.shape()
             ));
         }
@@ -266,63 +262,64 @@ mod tests {
     use super::*;
     use crate::rejects;
 
-    #[test]
-    fn repeat_kv_passes_and_classic_mistakes_fail() {
-        assert_eq!(check_repeat_kv(repeat_kv), Ok(()));
-        // PyTorch's `repeat` (tiling) instead of `repeat_interleave`: head h reads h mod G.
-        let tiled = |kv: &ArrayRef3<f64>, heads: usize| {
-            let (g, l, d) = kv.dim();
-            if g == 0 || !heads.is_multiple_of(g) {
-                return Err(AttentionError::KvHeads { heads, kv_heads: g });
+    /// A wrong answer that groups the heads with `member(j, m)` (the `m`-th head of key/value
+    /// head `j`) and combines the group's columns with `combine`.
+    fn pooled_by(
+        member: impl Fn(usize, usize, usize, usize) -> usize,
+        combine: impl Fn(&[f64]) -> f64,
+    ) -> impl Fn(&ArrayRef2<f64>, usize, usize) -> Result<Array2<f64>> {
+        move |w, heads, kv_heads| {
+            let d = head_width(w.ncols(), heads)?;
+            if kv_heads == 0 || !heads.is_multiple_of(kv_heads) {
+                return Err(AttentionError::KvHeads { heads, kv_heads });
             }
-            Ok(Array3::from_shape_fn((heads, l, d), |(h, i, c)| kv[[h % g, i, c]]))
-        };
-        rejects(
-            check_repeat_kv(tiled),
-            "repeat_kv(kv, 4) for G = 2 heads of (3, 2) keys: query head 1 holds",
-        );
-        // Dividing by G instead of by the group size H/G: right only when H = G².
-        let by_g = |kv: &ArrayRef3<f64>, heads: usize| {
-            let (g, l, d) = kv.dim();
-            if g == 0 || !heads.is_multiple_of(g) {
-                return Err(AttentionError::KvHeads { heads, kv_heads: g });
-            }
-            Ok(Array3::from_shape_fn((heads, l, d), |(h, i, c)| {
-                kv[[(h / g).min(g - 1), i, c]]
+            let group = heads / kv_heads;
+            Ok(Array2::from_shape_fn((w.nrows(), kv_heads * d), |(r, c)| {
+                let (j, col) = (c / d, c % d);
+                let values: Vec<f64> = (0..group)
+                    .map(|m| w[[r, member(j, m, group, kv_heads) * d + col]])
+                    .collect();
+                combine(&values)
             }))
-        };
-        rejects(
-            check_repeat_kv(by_g),
-            "repeat_kv(kv, 6) for G = 2 heads of (3, 2) keys: query head 2 holds",
-        );
-        // Integer division without a check: 5 / 2 = 2 copies each, 4 heads instead of 5.
-        let unchecked = |kv: &ArrayRef3<f64>, heads: usize| {
-            let (g, l, d) = kv.dim();
-            let group = heads / g;
-            Ok(Array3::from_shape_fn((g * group, l, d), |(h, i, c)| kv[[h / group, i, c]]))
-        };
-        rejects(
-            check_repeat_kv(unchecked),
-            "repeat_kv(kv, 5) for G = 2 returned an array of shape [4, 3, 2] instead of an",
-        );
-        // Divisibility checked, G = 0 not: the division by zero panics.
-        let zero_unchecked = |kv: &ArrayRef3<f64>, heads: usize| {
-            let (g, l, d) = kv.dim();
-            let group = heads / g;
-            if group * g != heads {
-                return Err(AttentionError::KvHeads { heads, kv_heads: g });
-            }
-            Ok(Array3::from_shape_fn((heads, l, d), |(h, i, c)| kv[[h / group, i, c]]))
-        };
-        rejects(check_repeat_kv(zero_unchecked), "repeat_kv(kv, 4) for G = 0 panicked");
+        }
     }
 
     #[test]
-    fn repeat_kv_with_as_many_kv_heads_as_heads_is_a_copy() {
-        let kv = Array3::from_shape_fn((3, 2, 2), |(j, i, c)| (j * 4 + i * 2 + c) as f64);
-        assert_eq!(repeat_kv(&kv, 3).unwrap(), kv);
-        let err = repeat_kv(&kv, 4).unwrap_err();
-        assert_eq!(err.to_string(), "kv_heads = 3 does not divide heads = 4");
+    fn pool_kv_heads_passes_and_classic_mistakes_fail() {
+        assert_eq!(check_pool_kv_heads(pool_kv_heads), Ok(()));
+        let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len() as f64;
+        // The tiled order (PyTorch's `repeat` instead of `repeat_interleave`): head j pools
+        // the query heads j, j + G, j + 2G, …
+        let tiled = pooled_by(|j, m, _, kv_heads| j + m * kv_heads, mean);
+        rejects(check_pool_kv_heads(tiled), "pool_kv_heads(w, 4, 2) for a w: (3, 8)");
+        // The sum instead of the mean.
+        let sum = pooled_by(|j, m, group, _| j * group + m, |v| v.iter().sum());
+        rejects(check_pool_kv_heads(sum), "pool_kv_heads(w, 4, 1) for a w: (3, 8)");
+        // The first head of each group, the others dropped.
+        let first = pooled_by(|j, m, group, _| j * group + m, |v| v[0]);
+        rejects(check_pool_kv_heads(first), "(entry (0, 0) is 0 instead of 30");
+        // Integer division without a check: 5 / 2 = 2 heads per group, head 4 dropped.
+        let unchecked = |w: &ArrayRef2<f64>, heads: usize, kv_heads: usize| {
+            let d = head_width(w.ncols(), heads)?;
+            let group = heads / kv_heads;
+            Ok(Array2::from_shape_fn((w.nrows(), kv_heads * d), |(r, c)| {
+                let (j, col) = (c / d, c % d);
+                (0..group).map(|m| w[[r, (j * group + m) * d + col]]).sum::<f64>()
+                    / group as f64
+            }))
+        };
+        rejects(
+            check_pool_kv_heads(unchecked),
+            "pool_kv_heads(w, 5, 2) for a w: (3, 10) returned a matrix of shape [3, 4]",
+        );
+    }
+
+    #[test]
+    fn pooling_as_many_kv_heads_as_heads_changes_nothing() {
+        let w = Array2::from_shape_fn((3, 6), |(r, c)| (r * 6 + c) as f64);
+        assert_eq!(pool_kv_heads(&w, 3, 3).unwrap(), w);
+        let err = pool_kv_heads(&w, 3, 2).unwrap_err();
+        assert_eq!(err.to_string(), "kv_heads = 2 does not divide heads = 3");
     }
 
     #[test]

@@ -1,14 +1,18 @@
 //! Your attempts at the exercises of chapter 10, *Generating one token at a time*. Check them
 //! with `cargo test -p exercises attempts::ch10 -- --ignored`.
 
-// ANCHOR: repeat_kv
+// ANCHOR: pool_kv_heads
 use attention::Result;
-use ndarray::{Array3, ArrayRef3};
+use ndarray::{Array2, ArrayRef2};
 
-pub fn repeat_kv(kv: &ArrayRef3<f64>, heads: usize) -> Result<Array3<f64>> {
-    todo!("query head h gets key/value head h / (H/G); an error when G does not divide H")
+pub fn pool_kv_heads(
+    w: &ArrayRef2<f64>,
+    heads: usize,
+    kv_heads: usize,
+) -> Result<Array2<f64>> {
+    todo!("key/value head j: the mean of query heads j·H/G … (j+1)·H/G − 1; errors, no panics")
 }
-// ANCHOR_END: repeat_kv
+// ANCHOR_END: pool_kv_heads
 
 // ANCHOR: cache_bytes
 pub fn cache_bytes(
@@ -35,8 +39,8 @@ mod tests {
 
     #[test]
     #[ignore = "your attempt: cargo test -p exercises attempts::ch10 -- --ignored"]
-    fn repeat_kv() {
-        verdict(ch10::check_repeat_kv(super::repeat_kv));
+    fn pool_kv_heads() {
+        verdict(ch10::check_pool_kv_heads(super::pool_kv_heads));
     }
 
     #[test]
