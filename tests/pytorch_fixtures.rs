@@ -1,4 +1,6 @@
-//! The crate against PyTorch: `scaled_dot_product_attention` and `nn.MultiheadAttention`.
+//! The crate against PyTorch: `scaled_dot_product_attention` and `nn.MultiheadAttention`;
+//! for Part II, RoPE in both layouts and ALiBi (written out in the script), sliding windows,
+//! grouped-query SDPA and a grouped-query layer.
 //!
 //! The fixtures under `tests/fixtures/` were written by `tools/make_fixtures.py` (its
 //! docstring describes every file; `tests/fixtures/sdpa/README.txt` records the torch
@@ -10,11 +12,15 @@ use std::fmt::Debug;
 use std::path::{Path, PathBuf};
 
 use attention::Float;
+use attention::alibi::{alibi_bias, alibi_slopes};
 use attention::mask::Mask;
 use attention::multihead::MultiHeadAttention;
+use attention::rope::{Rope, RopeLayout};
+use attention::scores::scaled_scores_batched;
 use attention::sdpa::{sdpa, sdpa_batched};
+use attention::softmax::softmax;
 use attention::tiled::{Masking, Tiles, tiled_sdpa, tiled_sdpa_batched};
-use ndarray::{ArrayD, Axis, Ix2, Ix3};
+use ndarray::{ArrayD, Axis, Ix2, Ix3, IxDyn};
 use ndarray_npy::{ReadableElement, read_npy};
 
 const F32_TOLERANCE: f64 = 1e-5;
@@ -242,4 +248,106 @@ fn multihead_matches_pytorch_f64() {
 #[test]
 fn multihead_matches_pytorch_f32() {
     assert_eq!(check_mha_cases::<f32>("f32", F32_TOLERANCE), 6, "expected 6 f32 MHA cases");
+}
+
+/// A 0-d `.npy` scalar.
+fn scalar<A: ReadableElement + Copy>(dir: &Path, name: &str) -> A {
+    *load::<A>(dir, name).first().unwrap()
+}
+
+fn check_rope_cases<A: Float + ReadableElement>(dtype: &str, tolerance: f64) -> usize {
+    let dirs = cases("rope", dtype);
+    for dir in &dirs {
+        let x = load::<A>(dir, "x");
+        let (base, start) = (scalar::<f64>(dir, "base"), scalar::<i64>(dir, "start") as usize);
+        let d_head = x.shape()[x.ndim() - 1];
+        for (layout, file) in
+            [(RopeLayout::RotateHalf, "rotate_half"), (RopeLayout::Interleaved, "interleaved")]
+        {
+            let rope = Rope::new(d_head, base, layout).unwrap();
+            let thetas = ndarray::Array1::from(rope.thetas()).into_dyn();
+            assert_close(dir, "thetas", &thetas, &load::<f64>(dir, "thetas"), 1e-15);
+            let rotated = rope.apply(&x, start).unwrap();
+            assert_close(dir, file, &rotated, &load(dir, file), tolerance);
+        }
+    }
+    dirs.len()
+}
+
+#[test]
+fn rope_matches_the_fixture_script_f64() {
+    assert_eq!(check_rope_cases::<f64>("f64", F64_TOLERANCE), 5, "expected 5 f64 RoPE cases");
+}
+
+#[test]
+fn rope_matches_the_fixture_script_f32() {
+    assert_eq!(check_rope_cases::<f32>("f32", F32_TOLERANCE), 5, "expected 5 f32 RoPE cases");
+}
+
+/// `weights · v` matrix by matrix: `(..., L_q, L_k)` times `(..., L_k, d_v)`.
+fn weights_times_values<A: Float>(weights: &ArrayD<A>, v: &ArrayD<A>) -> ArrayD<A> {
+    let n = v.ndim();
+    let (l_q, l_k, d_v) = (weights.shape()[n - 2], v.shape()[n - 2], v.shape()[n - 1]);
+    let matrices = v.len() / (l_k * d_v);
+    let w3 = weights.to_shape((matrices, l_q, l_k)).unwrap();
+    let v3 = v.to_shape((matrices, l_k, d_v)).unwrap();
+    let products: Vec<_> =
+        w3.outer_iter().zip(v3.outer_iter()).map(|(w, v)| w.dot(&v)).collect();
+    let views: Vec<_> = products.iter().map(|p| p.view()).collect();
+    let mut shape = v.shape().to_vec();
+    shape[n - 2] = l_q;
+    ndarray::stack(Axis(0), &views).unwrap().to_shape(IxDyn(&shape)).unwrap().into_owned()
+}
+
+/// ALiBi: the slopes against the values written out in the script (for 8, 6 and 12 heads),
+/// the bias, and attention with the bias under a causal mask against SDPA with the same
+/// float `attn_mask`.
+fn check_alibi_cases<A: Float + ReadableElement>(dtype: &str, tolerance: f64) -> usize {
+    let dirs = cases("alibi", dtype);
+    for dir in &dirs {
+        let expected_slopes = load::<f64>(dir, "slopes");
+        let heads = expected_slopes.len();
+        let slopes = alibi_slopes(heads).unwrap();
+        for (h, (&m, &e)) in slopes.iter().zip(&expected_slopes).enumerate() {
+            assert!(
+                (m - e).abs() <= 1e-15 * e,
+                "{}: slope {h} is {m}, not {e}",
+                dir.display()
+            );
+        }
+        let (q, k, v) = (load::<A>(dir, "q"), load::<A>(dir, "k"), load::<A>(dir, "v"));
+        let n = q.ndim();
+        let len = q.shape()[n - 2];
+        let bias = alibi_bias::<A>(&slopes, len, len).into_dyn();
+        assert_close(dir, "bias", &bias, &load(dir, "bias"), 0.0);
+        // The float mask the script gave SDPA: the bias, with −∞ above the diagonal.
+        let attn_mask = &bias + &Mask::causal(len).to_additive::<A>();
+        assert_eq!(attn_mask, load::<A>(dir, "attn_mask"), "{}: attn_mask", dir.display());
+
+        let mut scores = scaled_scores_batched(&q, &k).unwrap() + &bias;
+        Mask::causal(len).apply(&mut scores).unwrap();
+        let weights = softmax(&scores);
+        assert_close(dir, "weights", &weights, &load(dir, "weights"), tolerance);
+        let output = weights_times_values(&weights, &v);
+        assert_close(dir, "output", &output, &load(dir, "out"), tolerance);
+    }
+    dirs.len()
+}
+
+#[test]
+fn alibi_matches_pytorch_f64() {
+    assert_eq!(
+        check_alibi_cases::<f64>("f64", F64_TOLERANCE),
+        3,
+        "expected 3 f64 ALiBi cases"
+    );
+}
+
+#[test]
+fn alibi_matches_pytorch_f32() {
+    assert_eq!(
+        check_alibi_cases::<f32>("f32", F32_TOLERANCE),
+        3,
+        "expected 3 f32 ALiBi cases"
+    );
 }

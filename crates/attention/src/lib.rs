@@ -16,6 +16,10 @@
 //! | Queries, keys and values, The complete layer | [`self_attention`] | [`SelfAttention`](self_attention::SelfAttention): `W_Q`, `W_K`, `W_V`; cross-attention |
 //! | Multi-head attention | [`multihead`] | [`MultiHeadAttention`](multihead::MultiHeadAttention), [`split_heads`](multihead::split_heads), [`merge_heads`](multihead::merge_heads) |
 //! | Attention at scale | [`tiled`] | [`online_softmax`](tiled::online_softmax), [`tiled_sdpa`](tiled::tiled_sdpa), [`tiled_sdpa_batched`](tiled::tiled_sdpa_batched): no `L_q × L_k` matrix |
+//! | Where is each word? Position | [`rope`] | [`Rope`](rope::Rope), [`RopeLayout`](rope::RopeLayout), [`layout_permutation`](rope::layout_permutation): rotary position embeddings, both layouts |
+//! | Where is each word? Position | [`alibi`] | [`alibi_slopes`](alibi::alibi_slopes), [`alibi_bias`](alibi::alibi_bias): linear biases on the scores |
+//! | Generating one token at a time | [`gqa`] | [`sdpa_gqa`](gqa::sdpa_gqa), [`GroupedQueryAttention`](gqa::GroupedQueryAttention): `H` query heads sharing `G` key/value heads (MHA, GQA, MQA) |
+//! | Generating one token at a time | [`decode`] | [`KvCache`](decode::KvCache) (full or sliding-window), one decoding step, [`kv_cache_bytes_per_token`](decode::kv_cache_bytes_per_token) |
 //!
 //! Alongside: [`notebooks`] holds the numbers the seed notebooks printed (the tests and the
 //! chapters reproduce them), [`AttentionError`] is the one error type, and [`Float`] is the
@@ -43,15 +47,19 @@
 #![doc(test(attr(deny(warnings))))]
 #![warn(missing_docs)]
 
+pub mod alibi;
 mod batched;
+pub mod decode;
 pub mod embeddings;
 pub mod error;
 pub mod float;
+pub mod gqa;
 pub mod mask;
 pub mod multihead;
 #[rustfmt::skip] // the printed matrices stay one row per line, as the notebooks printed them
 pub mod notebooks;
 pub mod projection;
+pub mod rope;
 pub mod scores;
 pub mod sdpa;
 pub mod self_attention;

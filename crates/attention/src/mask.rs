@@ -10,7 +10,8 @@
 //! A mask broadcasts against the scores like a NumPy array: an `(L_q, L_k)` mask applies to
 //! every matrix of a `(batch, L_q, L_k)` stack, a `(batch, 1, L_q, L_k)` mask to every head.
 //!
-//! Anchors (below the doc comments): `mask`, `padding`, `apply_mask`, `to_additive`.
+//! Anchors (below the doc comments): `mask`, `padding`, `apply_mask`, `to_additive` (chapter
+//! *Masking*) and `sliding_window` (chapter *Generating one token at a time*).
 
 use ndarray::{Array, Array2, Array3, ArrayD, ArrayViewD, Axis, Dimension, IxDyn, Zip};
 
@@ -92,6 +93,44 @@ impl Mask {
     }
 }
 // ANCHOR_END: mask
+
+impl Mask {
+    /// The causal sliding-window mask for a sequence of `len` tokens: query `i` may attend to
+    /// key `j` iff `0 ≤ i − j < window`, the `window` most recent keys counting its own.
+    ///
+    /// This is the convention of Hugging Face's sliding-window masks and of FlashAttention's
+    /// `window_size = (window − 1, 0)`. A window of `len` or more is the causal mask; a window
+    /// of 0 would leave every query without a key, so it is an error.
+    ///
+    /// ```
+    /// use attention::{mask::Mask, AttentionError};
+    /// use ndarray::array;
+    ///
+    /// let m = Mask::sliding_window(4, 2).unwrap();
+    /// assert_eq!(
+    ///     m.as_array(),
+    ///     array![
+    ///         [true, false, false, false],
+    ///         [true, true, false, false],
+    ///         [false, true, true, false],
+    ///         [false, false, true, true],
+    ///     ]
+    ///     .into_dyn()
+    /// );
+    /// assert_eq!(Mask::sliding_window(4, 4).unwrap(), Mask::causal(4));
+    /// assert_eq!(Mask::sliding_window(4, 0), Err(AttentionError::ZeroWindow));
+    /// ```
+    // ANCHOR: sliding_window
+    pub fn sliding_window(len: usize, window: usize) -> Result<Mask> {
+        if window == 0 {
+            return Err(AttentionError::ZeroWindow);
+        }
+        // j ≤ i (causal) and i − j < window (recent enough)
+        let allowed = Array2::from_shape_fn((len, len), |(i, j)| j <= i && i - j < window);
+        Ok(Mask { allowed: allowed.into_dyn() })
+    }
+    // ANCHOR_END: sliding_window
+}
 
 impl Mask {
     /// Padding masks for a batch of sequences padded to `L_k` keys: item `b` has
@@ -262,4 +301,34 @@ fn broadcast_shape(a: &[usize], b: &[usize]) -> Option<Vec<usize>> {
             _ => None,
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sliding_window_mask_lets_each_query_see_its_last_w_keys() {
+        for len in 0..9 {
+            for window in 1..12 {
+                let m = Mask::sliding_window(len, window).unwrap();
+                assert_eq!(m.shape(), &[len, len]);
+                for i in 0..len {
+                    let seen: Vec<usize> = (0..len).filter(|&j| m.allows(&[i, j])).collect();
+                    let first = (i + 1).saturating_sub(window); // W keys counting its own
+                    assert_eq!(
+                        seen,
+                        (first..=i).collect::<Vec<_>>(),
+                        "L = {len}, W = {window}"
+                    );
+                }
+                if window >= len {
+                    assert_eq!(m, Mask::causal(len));
+                }
+            }
+            assert_eq!(Mask::sliding_window(len, 0), Err(AttentionError::ZeroWindow));
+        }
+        let off_by_one = Mask::sliding_window(5, 2).unwrap(); // i − j = W is blocked
+        assert!(off_by_one.allows(&[4, 3]) && !off_by_one.allows(&[4, 2]));
+    }
 }

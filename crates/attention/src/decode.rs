@@ -1,0 +1,699 @@
+//! Chapter *Generating one token at a time*: the key/value cache and decoding token by token.
+//!
+//! A language model writes one token at a time, and each new token may only look back. With
+//! a causal mask, the keys and values of the tokens already written never change when a
+//! new token arrives, so there is no need to compute them again: a [`KvCache`] keeps them,
+//! and each step ([`GroupedQueryAttention::step`]) projects only the new token, appends its
+//! key and value, and lets its one query attend over the cache. Decoding a whole sequence
+//! this way ([`GroupedQueryAttention::decode`]) gives the same outputs as one causal pass.
+//!
+//! The query is never cached. Row `t` of a causal pass is the only place where query `t` is
+//! used: later tokens compare *their* queries with the keys of the past and average the
+//! values of the past, but no later row ever reads an earlier query. Keys and values are
+//! read again at every later step; a query is read once, in its own step.
+//!
+//! A cache with a sliding window of `W` ([`KvCache::windowed`]) keeps only the last `W`
+//! keys and values, so its memory is bounded by `W` however long the text: the token at
+//! position `p` goes into slot `p mod W`, over the oldest entry (a rolling buffer, as in
+//! Mistral's reference code). Slots then hold positions out of order, which attention does
+//! not mind: a query attends to a set of keys, and their position is in the keys (RoPE) or
+//! nowhere.
+//!
+//! What the cache saves ([`token_cost`]): without it, every new token runs the whole prefix
+//! through the layer again, `n` projections and `n²` scores for the `n`-th token; with it,
+//! one projection and `n` scores. What it costs: `2 · layers · G · d_head` numbers of memory
+//! per token ([`kv_cache_bytes_per_token`]).
+//!
+//! Anchors (below the doc comments): `kv_cache`, `kv_append`, `decode_step`, `decode`,
+//! `token_cost`, `cache_bytes`.
+
+use ndarray::{Array2, Array3, ArrayRef1, ArrayRef2, ArrayView3, Axis, Ix1, Ix2, s};
+
+use crate::error::{AttentionError, Result};
+use crate::float::Float;
+use crate::gqa::{GroupedQueryAttention, group_size, sdpa_gqa};
+use crate::multihead::{MultiHeadOutput, head_width};
+use crate::sdpa::Attention;
+
+/// The keys and values of one attention layer for the tokens decoded so far: `(G, n, d_head)`
+/// each, `G` key/value heads, `n` cached tokens.
+///
+/// A full cache ([`KvCache::new`]) holds up to `capacity` tokens and refuses one more; a
+/// windowed cache ([`KvCache::windowed`]) holds the last `W` and overwrites the oldest.
+///
+/// ```
+/// use attention::decode::KvCache;
+/// use ndarray::Array2;
+///
+/// let mut cache = KvCache::<f64>::new(2, 4, 10).unwrap(); // G = 2, d_head = 4, 10 tokens
+/// cache.append(&Array2::ones((2, 4)), &Array2::zeros((2, 4))).unwrap();
+/// assert_eq!(cache.keys().dim(), (2, 1, 4));
+/// assert_eq!(cache.position(), 1); // the next token is at position 1
+/// ```
+#[derive(Debug, Clone, PartialEq)]
+// ANCHOR: kv_cache
+pub struct KvCache<A> {
+    keys: Array3<A>,       // (G, slots, d_head): slots = capacity, or W
+    values: Array3<A>,     // (G, slots, d_head)
+    len: usize,            // how many slots hold a token
+    position: usize,       // the absolute position of the next token
+    window: Option<usize>, // Some(W): keep only the last W tokens
+}
+// ANCHOR_END: kv_cache
+
+impl<A: Float> KvCache<A> {
+    /// An empty cache for `capacity` tokens of `kv_heads` key/value heads of width `d_head`.
+    /// Appending token `capacity + 1` fails with [`AttentionError::CacheFull`].
+    ///
+    /// ```
+    /// use attention::decode::KvCache;
+    ///
+    /// let cache = KvCache::<f32>::new(8, 64, 4096).unwrap();
+    /// assert_eq!(cache.bytes(), 2 * 8 * 4096 * 64 * 4); // keys and values, f32
+    /// assert_eq!(
+    ///     KvCache::<f32>::new(8, 64, 0).unwrap_err().to_string(),
+    ///     "KV cache has capacity = 0: it must be at least 1"
+    /// );
+    /// ```
+    pub fn new(kv_heads: usize, d_head: usize, capacity: usize) -> Result<Self> {
+        KvCache::with_slots(kv_heads, d_head, capacity, None)
+    }
+
+    /// An empty cache that keeps the last `window` tokens (`W`, counting the newest), for the
+    /// sliding-window mask [`Mask::sliding_window`](crate::mask::Mask::sliding_window). It
+    /// never fills up; its memory is that of `W` tokens.
+    ///
+    /// ```
+    /// use attention::{decode::KvCache, AttentionError};
+    /// use ndarray::Array2;
+    ///
+    /// let mut cache = KvCache::<f64>::windowed(1, 2, 3).unwrap();
+    /// for p in 0..5 {
+    ///     let k = Array2::from_elem((1, 2), p as f64);
+    ///     cache.append(&k, &k).unwrap();
+    /// }
+    /// assert_eq!(cache.len(), 3);
+    /// assert_eq!(cache.positions(), [3, 4, 2]); // slot p mod 3 holds position p
+    /// assert_eq!(KvCache::<f64>::windowed(1, 2, 0), Err(AttentionError::ZeroWindow));
+    /// ```
+    pub fn windowed(kv_heads: usize, d_head: usize, window: usize) -> Result<Self> {
+        if window == 0 {
+            return Err(AttentionError::ZeroWindow);
+        }
+        KvCache::with_slots(kv_heads, d_head, window, Some(window))
+    }
+
+    /// The shared constructor: zeroed `(G, slots, d_head)` keys and values.
+    fn with_slots(
+        kv_heads: usize,
+        d_head: usize,
+        slots: usize,
+        window: Option<usize>,
+    ) -> Result<Self> {
+        for (size, dim) in [(kv_heads, "kv_heads"), (d_head, "d_head"), (slots, "capacity")] {
+            if size == 0 {
+                return Err(AttentionError::Empty { what: "KV cache".into(), dim });
+            }
+        }
+        let keys = Array3::zeros((kv_heads, slots, d_head));
+        Ok(KvCache { values: keys.clone(), keys, len: 0, position: 0, window })
+    }
+
+    /// Adds one token's key and value, `k, v: (G, d_head)`, at position
+    /// [`position`](KvCache::position). A full cache refuses it; a windowed one overwrites
+    /// its oldest token.
+    ///
+    /// ```
+    /// use attention::{decode::KvCache, AttentionError};
+    /// use ndarray::Array2;
+    ///
+    /// let mut cache = KvCache::<f64>::new(2, 4, 1).unwrap();
+    /// let kv = Array2::zeros((2, 4));
+    /// cache.append(&kv, &kv).unwrap();
+    /// assert_eq!(
+    ///     cache.append(&kv, &kv),
+    ///     Err(AttentionError::CacheFull { capacity: 1, position: 1 })
+    /// );
+    /// assert_eq!(
+    ///     cache.append(&Array2::zeros((1, 4)), &kv).unwrap_err().to_string(),
+    ///     "k has shape [1, 4] but a shape (kv_heads, d_head) = (2, 4) was expected"
+    /// );
+    /// ```
+    // ANCHOR: kv_append
+    pub fn append(&mut self, k: &ArrayRef2<A>, v: &ArrayRef2<A>) -> Result<()> {
+        self.check("k", k.shape())?;
+        self.check("v", v.shape())?;
+        let slots = self.keys.shape()[1];
+        if self.window.is_none() && self.len == slots {
+            return Err(AttentionError::CacheFull {
+                capacity: slots,
+                position: self.position,
+            });
+        }
+        let slot = self.position % slots; // a full cache never wraps; a window overwrites
+        self.keys.slice_mut(s![.., slot, ..]).assign(k); // its oldest token
+        self.values.slice_mut(s![.., slot, ..]).assign(v);
+        self.len = (self.len + 1).min(slots);
+        self.position += 1;
+        Ok(())
+    }
+    // ANCHOR_END: kv_append
+
+    /// Checks that a key or value has the cache's shape `(G, d_head)`.
+    fn check(&self, name: &str, shape: &[usize]) -> Result<()> {
+        let (kv_heads, _, d_head) = self.keys.dim();
+        if shape != [kv_heads, d_head] {
+            let expected =
+                format!("a shape (kv_heads, d_head) = ({kv_heads}, {d_head}) was expected");
+            return Err(AttentionError::shape(name, shape, &expected));
+        }
+        Ok(())
+    }
+
+    /// The cached keys, `(G, len, d_head)`, in slot order (see [`KvCache::positions`]).
+    ///
+    /// ```
+    /// use attention::decode::KvCache;
+    /// use ndarray::Array2;
+    ///
+    /// let mut cache = KvCache::<f64>::new(1, 2, 4).unwrap();
+    /// cache.append(&Array2::ones((1, 2)), &Array2::zeros((1, 2))).unwrap();
+    /// assert_eq!(cache.keys().sum(), 2.0);
+    /// ```
+    pub fn keys(&self) -> ArrayView3<'_, A> {
+        self.keys.slice(s![.., ..self.len, ..])
+    }
+
+    /// The cached values, `(G, len, d_head)`, in the same order as the keys.
+    ///
+    /// ```
+    /// use attention::decode::KvCache;
+    /// use ndarray::Array2;
+    ///
+    /// let mut cache = KvCache::<f64>::new(1, 2, 4).unwrap();
+    /// cache.append(&Array2::ones((1, 2)), &Array2::zeros((1, 2))).unwrap();
+    /// assert_eq!(cache.values().dim(), (1, 1, 2));
+    /// ```
+    pub fn values(&self) -> ArrayView3<'_, A> {
+        self.values.slice(s![.., ..self.len, ..])
+    }
+
+    /// The absolute position of the token in each cached slot, in slot order: `0, 1, …` for
+    /// a full cache; for a window, slot `s` holds the one recent position `p` with
+    /// `p mod W = s`.
+    ///
+    /// ```
+    /// use attention::decode::KvCache;
+    /// use ndarray::Array2;
+    ///
+    /// let mut cache = KvCache::<f64>::windowed(1, 1, 2).unwrap();
+    /// let kv = Array2::zeros((1, 1));
+    /// for _ in 0..3 {
+    ///     cache.append(&kv, &kv).unwrap();
+    /// }
+    /// assert_eq!(cache.positions(), [2, 1]);
+    /// ```
+    pub fn positions(&self) -> Vec<usize> {
+        let slots = self.keys.shape()[1];
+        let first = self.position - self.len; // the oldest cached position
+        (0..self.len).map(|s| first + (s + slots - first % slots) % slots).collect()
+    }
+
+    /// How many tokens are cached (at most the capacity, or `W`).
+    ///
+    /// ```
+    /// use attention::decode::KvCache;
+    ///
+    /// assert_eq!(KvCache::<f64>::new(1, 2, 4).unwrap().len(), 0);
+    /// ```
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether no token has been cached yet.
+    ///
+    /// ```
+    /// use attention::decode::KvCache;
+    ///
+    /// assert!(KvCache::<f64>::new(1, 2, 4).unwrap().is_empty());
+    /// ```
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The absolute position of the next token: how many tokens have been appended in all
+    /// (a windowed cache has forgotten all but the last `W` of them).
+    ///
+    /// ```
+    /// use attention::decode::KvCache;
+    /// use ndarray::Array2;
+    ///
+    /// let mut cache = KvCache::<f64>::windowed(1, 1, 1).unwrap();
+    /// let kv = Array2::zeros((1, 1));
+    /// cache.append(&kv, &kv).unwrap();
+    /// cache.append(&kv, &kv).unwrap();
+    /// assert_eq!((cache.position(), cache.len()), (2, 1));
+    /// ```
+    pub fn position(&self) -> usize {
+        self.position
+    }
+
+    /// The number of slots: the capacity of a full cache, `W` for a windowed one.
+    ///
+    /// ```
+    /// use attention::decode::KvCache;
+    ///
+    /// assert_eq!(KvCache::<f64>::windowed(2, 8, 16).unwrap().slots(), 16);
+    /// ```
+    pub fn slots(&self) -> usize {
+        self.keys.shape()[1]
+    }
+
+    /// The window `W`, or `None` for a full cache.
+    ///
+    /// ```
+    /// use attention::decode::KvCache;
+    ///
+    /// assert_eq!(KvCache::<f64>::windowed(2, 8, 16).unwrap().window(), Some(16));
+    /// assert_eq!(KvCache::<f64>::new(2, 8, 16).unwrap().window(), None);
+    /// ```
+    pub fn window(&self) -> Option<usize> {
+        self.window
+    }
+
+    /// The memory the cache holds, filled or not: `2 · G · slots · d_head` elements.
+    ///
+    /// ```
+    /// use attention::decode::KvCache;
+    ///
+    /// assert_eq!(KvCache::<f64>::windowed(2, 8, 16).unwrap().bytes(), 2 * 2 * 16 * 8 * 8);
+    /// ```
+    pub fn bytes(&self) -> usize {
+        (self.keys.len() + self.values.len()) * std::mem::size_of::<A>()
+    }
+}
+
+impl<A: Float> GroupedQueryAttention<A> {
+    /// An empty cache that fits this layer: `kv_heads` heads of `d_head`, room for
+    /// `capacity` tokens, or the last `W` tokens when `window` is `Some(W)`.
+    ///
+    /// ```
+    /// use attention::gqa::GroupedQueryAttention;
+    /// use rand::{rngs::StdRng, SeedableRng};
+    ///
+    /// let rng = &mut StdRng::seed_from_u64(0);
+    /// let gqa = GroupedQueryAttention::<f64>::random(8, 4, 2, rng).unwrap();
+    /// let cache = gqa.new_cache(100, Some(16)).unwrap();
+    /// assert_eq!(cache.slots(), 16);
+    /// ```
+    pub fn new_cache(&self, capacity: usize, window: Option<usize>) -> Result<KvCache<A>> {
+        match window {
+            Some(w) => KvCache::windowed(self.kv_heads(), self.d_head(), w),
+            None => KvCache::new(self.kv_heads(), self.d_head(), capacity),
+        }
+    }
+
+    /// One decoding step: the new token `x: (d_model,)`, at position `cache.position()`,
+    /// is projected, its key and value go into the cache, and its query attends over every
+    /// cached token. Returns the token's output `(d_model,)` and weights `(H, cache.len())`,
+    /// in the cache's slot order.
+    ///
+    /// ```
+    /// use attention::gqa::GroupedQueryAttention;
+    /// use ndarray::Array1;
+    /// use rand::{rngs::StdRng, SeedableRng};
+    ///
+    /// let rng = &mut StdRng::seed_from_u64(0);
+    /// let gqa = GroupedQueryAttention::<f64>::random(8, 4, 2, rng).unwrap();
+    /// let mut cache = gqa.new_cache(10, None).unwrap();
+    /// gqa.step(&Array1::ones(8), &mut cache).unwrap();
+    /// let second = gqa.step(&Array1::zeros(8), &mut cache).unwrap();
+    /// assert_eq!(second.output.dim(), 8);
+    /// assert_eq!(second.weights.dim(), (4, 2)); // 4 query heads, 2 cached tokens
+    /// ```
+    // ANCHOR: decode_step
+    pub fn step(
+        &self,
+        x: &ArrayRef1<A>,
+        cache: &mut KvCache<A>,
+    ) -> Result<MultiHeadOutput<A, Ix1>> {
+        let x = x.view().insert_axis(Axis(0)); // (1, d_model): one token
+        let (q, k, v) = self.project(&x, cache.position())?; // (H, 1, d_head), (G, 1, d_head)
+        cache.append(&k.index_axis(Axis(1), 0), &v.index_axis(Axis(1), 0))?;
+        let (keys, values) = (cache.keys(), cache.values()); // (G, len, d_head)
+        let Attention { output, weights } = sdpa_gqa(&q, &keys, &values, None)?;
+        let output = self.combine(&output)?.index_axis_move(Axis(0), 0); // (d_model,)
+        Ok(MultiHeadOutput { output, weights: weights.index_axis_move(Axis(1), 0) })
+    }
+    // ANCHOR_END: decode_step
+
+    /// Decodes `x: (L, d_model)` token by token through a fresh cache (room for `L`
+    /// tokens, or the last `W` when `window` is `Some(W)`), and returns what [`forward`]
+    /// returns with [`Mask::causal`] (or [`Mask::sliding_window`]): outputs `(L, d_model)`
+    /// and weights `(H, L, L)`, 0 for every key that was not in the cache.
+    ///
+    /// [`forward`]: GroupedQueryAttention::forward
+    /// [`Mask::causal`]: crate::mask::Mask::causal
+    /// [`Mask::sliding_window`]: crate::mask::Mask::sliding_window
+    ///
+    /// ```
+    /// use attention::{gqa::GroupedQueryAttention, mask::Mask};
+    /// use ndarray::Array2;
+    /// use rand::{rngs::StdRng, SeedableRng};
+    ///
+    /// let rng = &mut StdRng::seed_from_u64(0);
+    /// let gqa = GroupedQueryAttention::<f64>::random(8, 4, 2, rng).unwrap();
+    /// let x = Array2::from_shape_fn((6, 8), |(i, j)| ((3 * i + j) % 7) as f64 / 7.0);
+    /// let decoded = gqa.decode(&x, Some(3)).unwrap();
+    /// let full = gqa.forward(&x, Some(&Mask::sliding_window(6, 3).unwrap())).unwrap();
+    /// assert!((decoded.output - full.output).iter().all(|d| d.abs() < 1e-12));
+    /// assert!((decoded.weights - full.weights).iter().all(|d| d.abs() < 1e-12));
+    /// ```
+    // ANCHOR: decode
+    pub fn decode(
+        &self,
+        x: &ArrayRef2<A>,
+        window: Option<usize>,
+    ) -> Result<MultiHeadOutput<A, Ix2>> {
+        let l = x.nrows();
+        if l == 0 {
+            return Err(AttentionError::Empty { what: "x".into(), dim: "L" });
+        }
+        let mut cache = self.new_cache(l, window)?;
+        let mut output = Array2::zeros((l, self.d_model()));
+        let mut weights = Array3::zeros((self.heads(), l, l));
+        for (t, token) in x.rows().into_iter().enumerate() {
+            let step = self.step(&token, &mut cache)?;
+            output.row_mut(t).assign(&step.output);
+            for (slot, p) in cache.positions().into_iter().enumerate() {
+                // the weight of key p in row t
+                weights.slice_mut(s![.., t, p]).assign(&step.weights.column(slot));
+            }
+        }
+        Ok(MultiHeadOutput { output, weights })
+    }
+    // ANCHOR_END: decode
+}
+
+/// The multiply-adds one attention layer spends to produce one new token's output.
+///
+/// ```
+/// use attention::decode::TokenCost;
+///
+/// let cost = TokenCost { projections: 10, attention: 5 };
+/// assert_eq!(cost.total(), 15);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+// ANCHOR: token_cost
+pub struct TokenCost {
+    /// In `x · W_Q`, `x · W_K`, `x · W_V` and the output's `· W_O`.
+    pub projections: usize,
+    /// In the scores `q · kᵀ` and the weighted sum of the values.
+    pub attention: usize,
+}
+
+// ANCHOR_END: token_cost
+impl TokenCost {
+    /// `projections + attention`.
+    ///
+    /// ```
+    /// use attention::decode::token_cost;
+    ///
+    /// assert_eq!(token_cost(8, 2, 2, 1, true).unwrap().total(), 4 * 64 + 2 * 8);
+    /// ```
+    pub fn total(&self) -> usize {
+        self.projections + self.attention
+    }
+}
+
+/// The multiply-adds to produce the output of the `n`-th token (it sees `n` tokens, itself
+/// included) in a layer of width `d_model` with `heads` query heads and `kv_heads` key/value
+/// heads of `d_head = d_model / heads`.
+///
+/// With a cache (`cached`), only the new token is projected (`2·d_model² +
+/// 2·d_model·G·d_head`) and its one query meets `n` keys and values (`2·n·d_model`). Without
+/// one, the whole prefix goes through [`forward`](GroupedQueryAttention::forward) again:
+/// `n` times the projections and all `n × n` scores and weighted sums (`2·n²·d_model`, the
+/// masked ones included, as [`sdpa`](crate::sdpa::sdpa) computes them). Both parts are `n`
+/// times larger without the cache, and in both cases attention overtakes the projections
+/// past `n = d_model + G·d_head`.
+///
+/// ```
+/// use attention::decode::token_cost;
+///
+/// // d_model = 512, 8 heads, MHA: 4·512² per token with a cache, whatever n
+/// let cached = token_cost(512, 8, 8, 1000, true).unwrap();
+/// assert_eq!(cached.projections, 4 * 512 * 512);
+/// assert_eq!(cached.attention, 2 * 1000 * 512);
+/// let uncached = token_cost(512, 8, 8, 1000, false).unwrap();
+/// assert_eq!(uncached.projections, 1000 * 4 * 512 * 512);
+/// assert_eq!(uncached.attention, 2 * 1000 * 1000 * 512);
+/// assert!(token_cost(512, 8, 3, 10, true).is_err());
+/// ```
+// ANCHOR: token_cost
+pub fn token_cost(
+    d_model: usize,
+    heads: usize,
+    kv_heads: usize,
+    n: usize,
+    cached: bool,
+) -> Result<TokenCost> {
+    let d_head = head_width(d_model, heads)?;
+    group_size(heads, kv_heads)?;
+    let per_token = 2 * d_model * d_model + 2 * d_model * kv_heads * d_head; // Q, O; K, V
+    let per_pair = 2 * heads * d_head; // q·k and weight·v, every head
+    Ok(if cached {
+        TokenCost { projections: per_token, attention: n * per_pair }
+    } else {
+        TokenCost { projections: n * per_token, attention: n * n * per_pair }
+    })
+}
+// ANCHOR_END: token_cost
+
+/// The memory a KV cache needs per token: `2 · layers · kv_heads · d_head ·
+/// bytes_per_element` bytes (a key and a value per layer and key/value head).
+///
+/// ```
+/// use attention::decode::kv_cache_bytes_per_token;
+///
+/// // 32 layers, 32 key/value heads of 128, 2-byte elements (f16): 512 KiB per token
+/// assert_eq!(kv_cache_bytes_per_token(32, 32, 128, 2), 524_288);
+/// ```
+// ANCHOR: cache_bytes
+pub fn kv_cache_bytes_per_token(
+    layers: usize,
+    kv_heads: usize,
+    d_head: usize,
+    bytes_per_element: usize,
+) -> usize {
+    2 * layers * kv_heads * d_head * bytes_per_element // keys and values
+}
+// ANCHOR_END: cache_bytes
+
+#[cfg(test)]
+mod tests {
+    use ndarray::{Array, Array1, Dimension};
+    use rand::{SeedableRng, rngs::StdRng};
+
+    use super::*;
+    use crate::embeddings::random_matrix;
+    use crate::mask::Mask;
+
+    fn max_diff<A: Float, D: Dimension>(a: &Array<A, D>, b: &Array<A, D>) -> f64 {
+        assert_eq!(a.shape(), b.shape());
+        let diff = a.iter().zip(b).map(|(&x, &y)| (x - y).abs()).fold(A::zero(), A::max);
+        diff.to_f64().unwrap()
+    }
+
+    /// The layers the equivalence tests run: d_model = 16, H = 4 and G = 4 (MHA), 2 (GQA),
+    /// 1 (MQA).
+    fn layers<A: Float>() -> Vec<GroupedQueryAttention<A>> {
+        [4, 2, 1]
+            .into_iter()
+            .map(|g| {
+                let rng = &mut StdRng::seed_from_u64(100 + g as u64);
+                GroupedQueryAttention::random(16, 4, g, rng).unwrap()
+            })
+            .collect()
+    }
+
+    fn check_decode_equals_one_pass<A: Float>(
+        layers: &[GroupedQueryAttention<A>],
+        tolerance: f64,
+    ) {
+        let l = 11;
+        let x: Array2<A> = random_matrix(l, 16, 1.0, &mut StdRng::seed_from_u64(1));
+        for gqa in layers {
+            for window in [None, Some(1), Some(3), Some(l - 1), Some(l), Some(2 * l)] {
+                let mask = match window {
+                    None => Mask::causal(l),
+                    Some(w) => Mask::sliding_window(l, w).unwrap(),
+                };
+                let one_pass = gqa.forward(&x, Some(&mask)).unwrap();
+                let decoded = gqa.decode(&x, window).unwrap();
+                let case = format!("G = {}, window {window:?}", gqa.kv_heads());
+                assert!(max_diff(&decoded.output, &one_pass.output) < tolerance, "{case}");
+                assert!(max_diff(&decoded.weights, &one_pass.weights) < tolerance, "{case}");
+                // the blocked keys have exactly zero weight in both
+                for ((h, i, j), &w) in decoded.weights.indexed_iter() {
+                    if !mask.allows(&[i, j]) {
+                        assert_eq!(w, A::zero(), "{case}: head {h}, query {i}, key {j}");
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn decoding_through_the_cache_equals_one_causal_pass_f64() {
+        check_decode_equals_one_pass::<f64>(&layers(), 1e-12);
+    }
+
+    #[test]
+    fn decoding_through_the_cache_equals_one_causal_pass_f32() {
+        check_decode_equals_one_pass::<f32>(&layers(), 1e-5);
+    }
+
+    #[test]
+    fn decoding_one_step_at_a_time_gives_the_rows_of_the_causal_pass() {
+        let gqa = &layers::<f64>()[1];
+        let x: Array2<f64> = random_matrix(6, 16, 1.0, &mut StdRng::seed_from_u64(2));
+        let one_pass = gqa.forward(&x, Some(&Mask::causal(6))).unwrap();
+        let mut cache = gqa.new_cache(6, None).unwrap();
+        for t in 0..6 {
+            let step = gqa.step(&x.row(t), &mut cache).unwrap();
+            assert_eq!((cache.len(), cache.position()), (t + 1, t + 1));
+            assert_eq!(step.weights.dim(), (4, t + 1));
+            let row = one_pass.output.row(t).to_owned();
+            assert!(max_diff(&step.output, &row) < 1e-12, "token {t}");
+            let weights = one_pass.weights.slice(s![.., t, ..=t]).to_owned();
+            assert!(max_diff(&step.weights, &weights) < 1e-12, "token {t}");
+        }
+    }
+
+    #[test]
+    fn a_windowed_cache_never_holds_more_than_w_tokens() {
+        let gqa = &layers::<f64>()[2];
+        let x: Array2<f64> = random_matrix(20, 16, 1.0, &mut StdRng::seed_from_u64(3));
+        for window in 1..6 {
+            let mut cache = gqa.new_cache(1, Some(window)).unwrap();
+            let bytes = cache.bytes();
+            assert_eq!(bytes, window * kv_cache_bytes_per_token(1, 1, 4, 8));
+            for t in 0..20 {
+                gqa.step(&x.row(t), &mut cache).unwrap();
+                assert_eq!(cache.len(), (t + 1).min(window));
+                assert_eq!(cache.keys().dim(), (1, (t + 1).min(window), 4));
+                assert_eq!(cache.slots(), window);
+                assert_eq!(cache.bytes(), bytes);
+                let mut positions = cache.positions();
+                for (slot, &p) in positions.iter().enumerate() {
+                    assert_eq!(p % window, slot);
+                }
+                positions.sort();
+                let first = (t + 1).saturating_sub(window);
+                assert_eq!(positions, (first..=t).collect::<Vec<_>>());
+            }
+        }
+    }
+
+    #[test]
+    fn a_full_cache_refuses_token_n_plus_1_and_stays_as_it_was() {
+        let gqa = &layers::<f64>()[0];
+        let mut cache = gqa.new_cache(3, None).unwrap();
+        for _ in 0..3 {
+            gqa.step(&Array1::ones(16), &mut cache).unwrap();
+        }
+        let before = cache.clone();
+        let err = gqa.step(&Array1::ones(16), &mut cache).unwrap_err();
+        assert_eq!(err, AttentionError::CacheFull { capacity: 3, position: 3 });
+        assert_eq!(
+            err.to_string(),
+            "the KV cache is full: it holds 3 tokens and has no room for token 3"
+        );
+        assert_eq!(cache, before);
+        assert_eq!(cache.bytes(), 3 * kv_cache_bytes_per_token(1, 4, 4, 8));
+    }
+
+    #[test]
+    fn decoding_refuses_bad_windows_caches_and_tokens() {
+        let [mha, gqa, _] = &layers::<f64>()[..] else { unreachable!() };
+        let x = Array2::<f64>::zeros((4, 16));
+        assert_eq!(mha.decode(&x, Some(0)).unwrap_err(), AttentionError::ZeroWindow);
+        assert_eq!(
+            mha.decode(&Array2::zeros((0, 16)), None).unwrap_err().to_string(),
+            "x has L = 0: it must be at least 1"
+        );
+        assert_eq!(
+            mha.decode(&Array2::zeros((4, 15)), None).unwrap_err().to_string(),
+            "x has d_in = 15 but W has d_in = 16"
+        );
+        let mut other = gqa.new_cache(4, None).unwrap(); // G = 2: not mha's cache
+        assert_eq!(
+            mha.step(&Array1::zeros(16), &mut other).unwrap_err().to_string(),
+            "k has shape [4, 4] but a shape (kv_heads, d_head) = (2, 4) was expected"
+        );
+        assert!(other.is_empty());
+        let mut cache = KvCache::<f64>::new(2, 4, 4).unwrap();
+        assert_eq!(
+            cache
+                .append(&Array2::zeros((2, 4)), &Array2::zeros((2, 3)))
+                .unwrap_err()
+                .to_string(),
+            "v has shape [2, 3] but a shape (kv_heads, d_head) = (2, 4) was expected"
+        );
+        assert!(cache.is_empty());
+        for (g, d, n, dim) in
+            [(0, 4, 4, "kv_heads"), (2, 0, 4, "d_head"), (2, 4, 0, "capacity")]
+        {
+            assert_eq!(
+                KvCache::<f64>::new(g, d, n).unwrap_err().to_string(),
+                format!("KV cache has {dim} = 0: it must be at least 1")
+            );
+        }
+    }
+
+    #[test]
+    fn token_cost_counts_the_shapes_multiply_adds() {
+        // d_model = 16, H = 4, G = 2, d_head = 4: W_Q, W_O 16 × 16, W_K, W_V 16 × 8
+        let per_token = 2 * 16 * 16 + 2 * 16 * 8;
+        for n in [1, 2, 7, 100] {
+            let cached = token_cost(16, 4, 2, n, true).unwrap();
+            assert_eq!(cached, TokenCost { projections: per_token, attention: 2 * n * 16 });
+            let uncached = token_cost(16, 4, 2, n, false).unwrap();
+            assert_eq!(uncached.projections, n * per_token);
+            assert_eq!(uncached.attention, n * n * 2 * 16);
+            // the first token costs the same either way
+            assert_eq!(n == 1, cached == uncached);
+        }
+        // with or without a cache, attention overtakes the projections past
+        // n = d_model + G·d_head, and the cache saves a factor n
+        let crossover = 16 + 2 * 4;
+        for n in [crossover - 1, crossover, crossover + 1] {
+            for cached in [true, false] {
+                let c = token_cost(16, 4, 2, n, cached).unwrap();
+                assert_eq!(c.attention.cmp(&c.projections), n.cmp(&crossover), "n = {n}");
+            }
+            let (with, without) = (
+                token_cost(16, 4, 2, n, true).unwrap(),
+                token_cost(16, 4, 2, n, false).unwrap(),
+            );
+            assert_eq!(without.total(), n * with.total());
+        }
+        assert_eq!(
+            token_cost(16, 4, 3, 1, true).unwrap_err(),
+            AttentionError::KvHeads { heads: 4, kv_heads: 3 }
+        );
+        assert_eq!(
+            token_cost(16, 3, 1, 1, true).unwrap_err(),
+            AttentionError::Heads { heads: 3, d_model: 16 }
+        );
+    }
+
+    #[test]
+    fn cache_bytes_per_token_is_two_layers_kv_heads_d_head_bytes() {
+        // 2 (k and v) · 32 layers · 8 kv heads · 128 · 2 bytes
+        assert_eq!(kv_cache_bytes_per_token(32, 8, 128, 2), 131_072);
+        let cache = KvCache::<f32>::new(8, 128, 1000).unwrap();
+        assert_eq!(cache.bytes(), 1000 * kv_cache_bytes_per_token(1, 8, 128, 4));
+    }
+}
