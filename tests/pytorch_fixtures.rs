@@ -13,6 +13,7 @@ use std::path::{Path, PathBuf};
 
 use attention::Float;
 use attention::alibi::{alibi_bias, alibi_slopes};
+use attention::gqa::{GroupedQueryAttention, sdpa_gqa};
 use attention::mask::Mask;
 use attention::multihead::MultiHeadAttention;
 use attention::rope::{Rope, RopeLayout};
@@ -350,4 +351,137 @@ fn alibi_matches_pytorch_f32() {
         3,
         "expected 3 f32 ALiBi cases"
     );
+}
+
+/// Sliding windows: `Mask::sliding_window` against the script's mask (`0 ≤ i − j < W`), then
+/// SDPA with it, plain and tiled.
+fn check_window_cases<A: Float + ReadableElement>(dtype: &str, tolerance: f64) -> usize {
+    let dirs = cases("window", dtype);
+    for dir in &dirs {
+        let (q, k, v) = (load::<A>(dir, "q"), load::<A>(dir, "k"), load::<A>(dir, "v"));
+        let len = q.shape()[q.ndim() - 2];
+        let window = scalar::<i64>(dir, "window") as usize;
+        let mask = Mask::sliding_window(len, window).unwrap();
+        assert_eq!(mask.as_array(), load::<bool>(dir, "mask").view(), "{}", dir.display());
+        let att = sdpa_batched(&q, &k, &v, Some(&mask)).unwrap();
+        assert_close(dir, "output", &att.output, &load(dir, "out"), tolerance);
+        assert_close(dir, "weights", &att.weights, &load(dir, "weights"), tolerance);
+        check_tiled_case(dir, (&q, &k, &v), Some(&mask), &att.output, tolerance);
+    }
+    dirs.len()
+}
+
+#[test]
+fn sliding_window_matches_pytorch_f64() {
+    assert_eq!(check_window_cases::<f64>("f64", F64_TOLERANCE), 4, "expected 4 f64 cases");
+}
+
+#[test]
+fn sliding_window_matches_pytorch_f32() {
+    assert_eq!(check_window_cases::<f32>("f32", F32_TOLERANCE), 4, "expected 4 f32 cases");
+}
+
+/// The mask a case used, built by the crate: `Mask::causal` or `Mask::sliding_window` as the
+/// case's `causal.npy` / `window.npy` say, checked against its `mask.npy`; `None` without one.
+fn case_mask(dir: &Path, len: usize) -> Option<Mask> {
+    let mask = if dir.join("window.npy").exists() {
+        Mask::sliding_window(len, scalar::<i64>(dir, "window") as usize).unwrap()
+    } else if dir.join("causal.npy").exists() || dir.join("mask.npy").exists() {
+        Mask::causal(len)
+    } else {
+        return None;
+    };
+    assert_eq!(mask.as_array(), load::<bool>(dir, "mask").view(), "{}", dir.display());
+    Some(mask)
+}
+
+/// Grouped-query SDPA against PyTorch's `enable_gqa=True` and against plain SDPA on keys and
+/// values repeated with `repeat_interleave`.
+fn check_sdpa_gqa_cases<A: Float + ReadableElement>(dtype: &str, tolerance: f64) -> usize {
+    let dirs = cases("sdpa_gqa", dtype);
+    for dir in &dirs {
+        let three = |name| load::<A>(dir, name).into_dimensionality::<Ix3>().unwrap();
+        let (q, k, v) = (three("q"), three("k"), three("v"));
+        let mask = case_mask(dir, q.dim().1);
+        let att = sdpa_gqa(&q, &k, &v, mask.as_ref()).unwrap();
+        let (output, weights) = (att.output.into_dyn(), att.weights.into_dyn());
+        assert_close(dir, "output (enable_gqa)", &output, &load(dir, "out"), tolerance);
+        assert_close(
+            dir,
+            "output (repeat_interleave)",
+            &output,
+            &load(dir, "out_repeat"),
+            tolerance,
+        );
+        assert_close(dir, "weights", &weights, &load(dir, "weights"), tolerance);
+    }
+    dirs.len()
+}
+
+#[test]
+fn sdpa_gqa_matches_pytorch_f64() {
+    assert_eq!(check_sdpa_gqa_cases::<f64>("f64", F64_TOLERANCE), 6, "expected 6 f64 cases");
+}
+
+#[test]
+fn sdpa_gqa_matches_pytorch_f32() {
+    assert_eq!(check_sdpa_gqa_cases::<f32>("f32", F32_TOLERANCE), 6, "expected 6 f32 cases");
+}
+
+/// The grouped-query layer (projections, RoPE rotate-half on each head's q and k at positions
+/// 0 … L−1, grouped SDPA, `W_O`) against the script's PyTorch layer; the unbatched causal and
+/// window cases also token by token through the KV cache.
+fn check_gqa_layer_cases<A: Float + ReadableElement>(dtype: &str, tolerance: f64) -> usize {
+    let dirs = cases("gqa", dtype);
+    for dir in &dirs {
+        let w = |name| load::<A>(dir, name).into_dimensionality::<Ix2>().unwrap();
+        let heads = scalar::<i64>(dir, "heads") as usize;
+        let kv_heads = scalar::<i64>(dir, "kv_heads") as usize;
+        let (w_q, w_k, w_v, w_o) = (w("w_q"), w("w_k"), w("w_v"), w("w_o"));
+        let mut layer =
+            GroupedQueryAttention::new(w_q, w_k, w_v, w_o, heads, kv_heads).unwrap();
+        if dir.join("rope_base.npy").exists() {
+            let base = scalar::<f64>(dir, "rope_base");
+            let rope = Rope::new(layer.d_head(), base, RopeLayout::RotateHalf).unwrap();
+            layer = layer.with_rope(rope).unwrap();
+        }
+        let x = load::<A>(dir, "x");
+        let mask = case_mask(dir, x.shape()[x.ndim() - 2]);
+        let mut results = vec![];
+        if x.ndim() == 2 {
+            let x = x.into_dimensionality::<Ix2>().unwrap();
+            let out = layer.forward(&x, mask.as_ref()).unwrap();
+            results.push(("", out.output.into_dyn(), out.weights.into_dyn()));
+            if mask.is_some() {
+                let window =
+                    dir.join("window.npy").exists().then(|| scalar::<i64>(dir, "window"));
+                let decoded = layer.decode(&x, window.map(|w| w as usize)).unwrap();
+                results.push((
+                    "decoded ",
+                    decoded.output.into_dyn(),
+                    decoded.weights.into_dyn(),
+                ));
+            }
+        } else {
+            let x = x.into_dimensionality::<Ix3>().unwrap();
+            let out = layer.forward_batched(&x, mask.as_ref()).unwrap();
+            results.push(("", out.output.into_dyn(), out.weights.into_dyn()));
+        }
+        for (how, output, weights) in results {
+            assert_close(dir, &format!("{how}output"), &output, &load(dir, "out"), tolerance);
+            let expected = load(dir, "weights");
+            assert_close(dir, &format!("{how}weights"), &weights, &expected, tolerance);
+        }
+    }
+    dirs.len()
+}
+
+#[test]
+fn grouped_query_layer_matches_pytorch_f64() {
+    assert_eq!(check_gqa_layer_cases::<f64>("f64", F64_TOLERANCE), 7, "expected 7 f64 cases");
+}
+
+#[test]
+fn grouped_query_layer_matches_pytorch_f32() {
+    assert_eq!(check_gqa_layer_cases::<f32>("f32", F32_TOLERANCE), 7, "expected 7 f32 cases");
 }

@@ -150,8 +150,9 @@ impl<A: Float> KvCache<A> {
                 position: self.position,
             });
         }
-        let slot = self.position % slots; // a full cache never wraps; a window overwrites
-        self.keys.slice_mut(s![.., slot, ..]).assign(k); // its oldest token
+        // A full cache never wraps; a windowed one overwrites its oldest token.
+        let slot = self.position % slots;
+        self.keys.slice_mut(s![.., slot, ..]).assign(k);
         self.values.slice_mut(s![.., slot, ..]).assign(v);
         self.len = (self.len + 1).min(slots);
         self.position += 1;
@@ -498,6 +499,7 @@ mod tests {
     use super::*;
     use crate::embeddings::random_matrix;
     use crate::mask::Mask;
+    use crate::rope::{Rope, RopeLayout};
 
     fn max_diff<A: Float, D: Dimension>(a: &Array<A, D>, b: &Array<A, D>) -> f64 {
         assert_eq!(a.shape(), b.shape());
@@ -506,7 +508,7 @@ mod tests {
     }
 
     /// The layers the equivalence tests run: d_model = 16, H = 4 and G = 4 (MHA), 2 (GQA),
-    /// 1 (MQA).
+    /// 1 (MQA), without RoPE.
     fn layers<A: Float>() -> Vec<GroupedQueryAttention<A>> {
         [4, 2, 1]
             .into_iter()
@@ -515,6 +517,16 @@ mod tests {
                 GroupedQueryAttention::random(16, 4, g, rng).unwrap()
             })
             .collect()
+    }
+
+    /// The same layers with RoPE (rotate-half base 10 000 and interleaved base 100).
+    fn rope_layers<A: Float>() -> Vec<GroupedQueryAttention<A>> {
+        let layouts = [(RopeLayout::RotateHalf, 10_000.0), (RopeLayout::Interleaved, 100.0)];
+        let mut out = Vec::new();
+        for (layer, (layout, base)) in layers().into_iter().zip(layouts.into_iter().cycle()) {
+            out.push(layer.with_rope(Rope::new(4, base, layout).unwrap()).unwrap());
+        }
+        out
     }
 
     fn check_decode_equals_one_pass<A: Float>(
@@ -552,6 +564,41 @@ mod tests {
     #[test]
     fn decoding_through_the_cache_equals_one_causal_pass_f32() {
         check_decode_equals_one_pass::<f32>(&layers(), 1e-5);
+    }
+
+    #[test]
+    fn decoding_with_rope_at_absolute_positions_equals_one_causal_pass_f64() {
+        check_decode_equals_one_pass::<f64>(&rope_layers(), 1e-12);
+    }
+
+    #[test]
+    fn decoding_with_rope_at_absolute_positions_equals_one_causal_pass_f32() {
+        check_decode_equals_one_pass::<f32>(&rope_layers(), 1e-5);
+    }
+
+    #[test]
+    fn rope_rotates_each_heads_q_and_k_at_its_absolute_position() {
+        let x: Array2<f64> = random_matrix(7, 16, 1.0, &mut StdRng::seed_from_u64(4));
+        for (plain, rotated) in layers::<f64>().iter().zip(rope_layers::<f64>()) {
+            let rope = rotated.rope().unwrap();
+            let (q, k, v) = plain.project(&x, 0).unwrap();
+            let (q_r, k_r, v_r) = rotated.project(&x, 0).unwrap();
+            assert_eq!(q_r, rope.apply(&q, 0).unwrap());
+            assert_eq!(k_r, rope.apply(&k, 0).unwrap());
+            assert_eq!(v_r, v); // values are not rotated
+            // rows 3.. projected on their own, starting at position 3, turn the same way
+            let (q3, k3, _) = rotated.project(&x.slice(s![3.., ..]), 3).unwrap();
+            let q_tail = q_r.slice(s![.., 3.., ..]).to_owned();
+            let k_tail = k_r.slice(s![.., 3.., ..]).to_owned();
+            assert!(max_diff(&q3, &q_tail) < 1e-12 && max_diff(&k3, &k_tail) < 1e-12);
+            // and RoPE changes the layer's output (beyond the first token, which it leaves)
+            let causal = Mask::causal(7);
+            let (a, b) =
+                (plain.forward(&x, Some(&causal)), rotated.forward(&x, Some(&causal)));
+            let (a, b) = (a.unwrap().output, b.unwrap().output);
+            assert!(max_diff(&a.row(0).to_owned(), &b.row(0).to_owned()) < 1e-12);
+            assert!(max_diff(&a, &b) > 1e-3);
+        }
     }
 
     #[test]

@@ -10,7 +10,9 @@
 //!
 //! The layer [`GroupedQueryAttention`] has `W_Q, W_O: (d_model, d_model)` as before, but
 //! `W_K, W_V: (d_model, G·d_head)`: fewer parameters, and, what matters when generating, a
-//! key/value cache `H/G` times smaller (see [`decode`](crate::decode)).
+//! key/value cache `H/G` times smaller (see [`decode`](crate::decode)). With
+//! [`with_rope`](GroupedQueryAttention::with_rope), every head's queries and keys are rotated
+//! by RoPE ([`Rope`]) after the projection, each row at its token's absolute position.
 //!
 //! Anchors (below the doc comments): `group_size`, `repeat_kv`, `sdpa_gqa`, `gqa_struct`,
 //! `gqa_new`, `gqa_project`, `gqa_forward`.
@@ -23,6 +25,7 @@ use crate::float::Float;
 use crate::mask::Mask;
 use crate::multihead::{MultiHeadOutput, head_width, merge_heads, split_heads};
 use crate::projection::Linear;
+use crate::rope::Rope;
 use crate::sdpa::{Attention, sdpa_batched};
 use crate::shapes::same_lead;
 
@@ -114,8 +117,8 @@ pub fn sdpa_gqa<A: Float>(
     let Attention { output, weights } = sdpa_batched(&q, k, v, mask.as_ref())?;
     let d_v = output.shape()[2];
     Ok(Attention {
-        output: output.to_shape((heads, l_q, d_v)).expect("unstacked").into_owned(),
-        weights: weights.to_shape((heads, l_q, l_k)).expect("unstacked").into_owned(),
+        output: output.into_shape_clone((heads, l_q, d_v)).expect("unstacked"),
+        weights: weights.into_shape_clone((heads, l_q, l_k)).expect("unstacked"),
     })
 }
 // ANCHOR_END: sdpa_gqa
@@ -131,16 +134,23 @@ fn check_heads(q: &[usize], k: &[usize], v: &[usize]) -> Result<usize> {
 }
 
 /// A mask that broadcasts to the scores `(H, L_q, L_k)`, stacked like the queries in
-/// [`sdpa_gqa`]: `(G, group·L_q, L_k)`.
+/// [`sdpa_gqa`]: `(G, group·L_q, L_k)`, or `(group·L_q, L_k)` when every head has the same
+/// mask (it then broadcasts over the `G` stacks).
 fn stack_mask(mask: &Mask, scores: (usize, usize, usize), kv_heads: usize) -> Result<Mask> {
     let (heads, l_q, l_k) = scores;
+    let group = heads / kv_heads;
     let allowed = mask.as_array();
-    let full =
-        allowed.broadcast((heads, l_q, l_k)).ok_or_else(|| AttentionError::MaskShape {
-            mask: mask.shape().to_vec(),
-            scores: vec![heads, l_q, l_k],
-        })?;
-    let stacked = full.to_shape((kv_heads, heads / kv_heads * l_q, l_k)).expect("H = G·group");
+    let wrong = || AttentionError::MaskShape {
+        mask: mask.shape().to_vec(),
+        scores: vec![heads, l_q, l_k],
+    };
+    if allowed.ndim() == 2 {
+        let same = allowed.broadcast((l_q, l_k)).ok_or_else(wrong)?;
+        let stacked = Array2::from_shape_fn((group * l_q, l_k), |(r, j)| same[[r % l_q, j]]);
+        return Mask::from_array(stacked);
+    }
+    let full = allowed.broadcast((heads, l_q, l_k)).ok_or_else(wrong)?;
+    let stacked = full.to_shape((kv_heads, group * l_q, l_k)).expect("H = G·group");
     Mask::from_array(stacked.into_owned())
 }
 
@@ -164,12 +174,13 @@ fn stack_mask(mask: &Mask, scores: (usize, usize, usize), kv_heads: usize) -> Re
 #[derive(Debug, Clone, PartialEq)]
 // ANCHOR: gqa_struct
 pub struct GroupedQueryAttention<A> {
-    w_q: Linear<A>,  // (d_model, d_model): H query heads of d_head columns
-    w_k: Linear<A>,  // (d_model, G·d_head): G key heads
-    w_v: Linear<A>,  // (d_model, G·d_head): G value heads
-    w_o: Linear<A>,  // (d_model, d_model)
-    heads: usize,    // H
-    kv_heads: usize, // G
+    w_q: Linear<A>,     // (d_model, d_model): H query heads of d_head columns
+    w_k: Linear<A>,     // (d_model, G·d_head): G key heads
+    w_v: Linear<A>,     // (d_model, G·d_head): G value heads
+    w_o: Linear<A>,     // (d_model, d_model)
+    heads: usize,       // H
+    kv_heads: usize,    // G
+    rope: Option<Rope>, // rotates q and k by position, if set
 }
 // ANCHOR_END: gqa_struct
 
@@ -223,7 +234,7 @@ impl<A: Float> GroupedQueryAttention<A> {
         }
         let (w_q, w_k, w_v, w_o) =
             (Linear::new(w_q)?, Linear::new(w_k)?, Linear::new(w_v)?, Linear::new(w_o)?);
-        Ok(GroupedQueryAttention { w_q, w_k, w_v, w_o, heads, kv_heads })
+        Ok(GroupedQueryAttention { w_q, w_k, w_v, w_o, heads, kv_heads, rope: None })
     }
 
     // ANCHOR_END: gqa_new
@@ -251,12 +262,53 @@ impl<A: Float> GroupedQueryAttention<A> {
         let w_k = Linear::random(d_model, kv_heads * d_head, rng)?;
         let w_v = Linear::random(d_model, kv_heads * d_head, rng)?;
         let w_o = Linear::random(d_model, d_model, rng)?;
-        Ok(GroupedQueryAttention { w_q, w_k, w_v, w_o, heads, kv_heads })
+        Ok(GroupedQueryAttention { w_q, w_k, w_v, w_o, heads, kv_heads, rope: None })
+    }
+
+    /// The same layer with RoPE: after the projection, every head's queries and keys are
+    /// rotated, the row of the token at position `p` by `p·θ_i` (values are not rotated).
+    /// `rope.d_head()` must be the layer's `d_head`.
+    ///
+    /// ```
+    /// use attention::{gqa::GroupedQueryAttention, rope::{Rope, RopeLayout}};
+    /// use rand::{rngs::StdRng, SeedableRng};
+    ///
+    /// let rng = &mut StdRng::seed_from_u64(0);
+    /// let gqa = GroupedQueryAttention::<f64>::random(16, 4, 2, rng).unwrap(); // d_head = 4
+    /// let rope = Rope::new(4, 10_000.0, RopeLayout::RotateHalf).unwrap();
+    /// assert!(gqa.clone().with_rope(rope).is_ok());
+    /// let wrong = Rope::new(8, 10_000.0, RopeLayout::RotateHalf).unwrap();
+    /// assert_eq!(
+    ///     gqa.with_rope(wrong).unwrap_err().to_string(),
+    ///     "RoPE has d_head = 8 but the layer has d_head = 4"
+    /// );
+    /// ```
+    // ANCHOR: gqa_new
+    pub fn with_rope(self, rope: Rope) -> Result<Self> {
+        if rope.d_head() != self.d_head() {
+            let (r, d) = (rope.d_head(), self.d_head());
+            return Err(AttentionError::mismatch("RoPE", r, "the layer", d, "d_head"));
+        }
+        Ok(GroupedQueryAttention { rope: Some(rope), ..self })
+    }
+    // ANCHOR_END: gqa_new
+
+    /// The RoPE the layer applies, if any.
+    ///
+    /// ```
+    /// use attention::gqa::GroupedQueryAttention;
+    /// use rand::{rngs::StdRng, SeedableRng};
+    ///
+    /// let rng = &mut StdRng::seed_from_u64(0);
+    /// assert!(GroupedQueryAttention::<f64>::random(8, 4, 2, rng).unwrap().rope().is_none());
+    /// ```
+    pub fn rope(&self) -> Option<&Rope> {
+        self.rope.as_ref()
     }
 
     /// The queries `(H, L, d_head)`, keys and values `(G, L, d_head)` of the tokens
     /// `x: (L, d_model)`, cut into heads; row `r` of `x` is the token at absolute position
-    /// `start + r`.
+    /// `start + r`, which is where RoPE (if the layer has it) rotates its query and key.
     ///
     /// ```
     /// use attention::gqa::GroupedQueryAttention;
@@ -274,11 +326,14 @@ impl<A: Float> GroupedQueryAttention<A> {
         x: &ArrayRef2<A>,
         start: usize,
     ) -> Result<(Array3<A>, Array3<A>, Array3<A>)> {
-        let _ = start; // TODO(rope): positions reach q and k through RoPE
         let q = split_heads(&self.w_q.apply(x)?, self.heads)?; // (H, L, d_head)
         let k = split_heads(&self.w_k.apply(x)?, self.kv_heads)?; // (G, L, d_head)
         let v = split_heads(&self.w_v.apply(x)?, self.kv_heads)?; // (G, L, d_head)
-        Ok((q, k, v))
+        match &self.rope {
+            // every head's row r turns by its absolute position, start + r
+            Some(rope) => Ok((rope.apply(&q, start)?, rope.apply(&k, start)?, v)),
+            None => Ok((q, k, v)),
+        }
     }
     // ANCHOR_END: gqa_project
 
@@ -720,6 +775,11 @@ mod tests {
             "W_Q has shape [12, 8] but a shape (d_model, d_model) = (12, 12) was expected"
         );
         let gqa = new(&sq, &narrow, &sq, 2).unwrap();
+        let rope = crate::rope::Rope::new(6, 10_000.0, crate::rope::RopeLayout::RotateHalf);
+        assert_eq!(
+            message(gqa.clone().with_rope(rope.unwrap())),
+            "RoPE has d_head = 6 but the layer has d_head = 3"
+        );
         assert_eq!(
             message(gqa.forward(&Array2::zeros((3, 10)), None)),
             "x has d_in = 10 but W has d_in = 12"
