@@ -323,6 +323,86 @@ mod tests {
     }
 
     #[test]
+    fn pooling_heads_that_are_equal_within_each_group_keeps_the_layer() {
+        use attention::gqa::GroupedQueryAttention;
+        use attention::mask::Mask;
+        use attention::multihead::MultiHeadAttention;
+        use attention::projection::Linear;
+        use rand::{SeedableRng, rngs::StdRng};
+
+        let (d_model, heads, kv_heads, d_head) = (8, 4, 2, 2);
+        let rng = &mut StdRng::seed_from_u64(3);
+        let mut random =
+            |cols| Linear::<f64>::random(d_model, cols, rng).unwrap().weight().clone();
+        let (w_q, w_o) = (random(d_model), random(d_model));
+        // Multi-head W_K, W_V whose heads 0, 1 are equal, and so are heads 2, 3.
+        let equal_in_groups = |base: &Array2<f64>| {
+            Array2::from_shape_fn((d_model, heads * d_head), |(r, c)| {
+                let (h, col) = (c / d_head, c % d_head);
+                base[[r, (h / (heads / kv_heads)) * d_head + col]]
+            })
+        };
+        let (w_k, w_v) = (equal_in_groups(&random(4)), equal_in_groups(&random(4)));
+        let mha =
+            MultiHeadAttention::new(w_q.clone(), w_k.clone(), w_v.clone(), w_o.clone(), heads)
+                .unwrap();
+        let pooled_k = pool_kv_heads(&w_k, heads, kv_heads).unwrap();
+        let pooled_v = pool_kv_heads(&w_v, heads, kv_heads).unwrap();
+        let gqa =
+            GroupedQueryAttention::new(w_q, pooled_k, pooled_v, w_o, heads, kv_heads).unwrap();
+        let x =
+            Array2::from_shape_fn((5, d_model), |(i, j)| ((2 * i + 3 * j) % 7) as f64 / 7.0);
+        let mask = Mask::causal(5);
+        let (a, b) =
+            (mha.forward(&x, Some(&mask)).unwrap(), gqa.forward(&x, Some(&mask)).unwrap());
+        assert!((&a.output - &b.output).iter().all(|d| d.abs() < 1e-12));
+        // Heads that differ within a group: pooling changes the layer.
+        let (w_k2, w_v2) = (random(8), random(8));
+        let mha2 = MultiHeadAttention::new(
+            mha.projections()[0].weight().clone(),
+            w_k2.clone(),
+            w_v2.clone(),
+            mha.projections()[3].weight().clone(),
+            heads,
+        )
+        .unwrap();
+        let gqa2 = GroupedQueryAttention::new(
+            mha.projections()[0].weight().clone(),
+            pool_kv_heads(&w_k2, heads, kv_heads).unwrap(),
+            pool_kv_heads(&w_v2, heads, kv_heads).unwrap(),
+            mha.projections()[3].weight().clone(),
+            heads,
+            kv_heads,
+        )
+        .unwrap();
+        let (a, b) = (mha2.forward(&x, None).unwrap(), gqa2.forward(&x, None).unwrap());
+        assert!((&a.output - &b.output).iter().any(|d| d.abs() > 1e-3));
+    }
+
+    #[test]
+    fn slot_positions_are_the_positions_a_windowed_cache_holds() {
+        use attention::decode::KvCache;
+        for window in 1..=4 {
+            let mut cache = KvCache::<f64>::windowed(1, 1, window).unwrap();
+            for t in 1..=10 {
+                let kv = Array2::from_elem((1, 1), t as f64);
+                cache.append(&kv, &kv).unwrap();
+                assert_eq!(slot_positions(t, window).unwrap(), cache.positions());
+            }
+        }
+    }
+
+    #[test]
+    fn cache_bytes_is_the_crates_bytes_per_token_times_the_tokens_kept() {
+        use attention::decode::kv_cache_bytes_per_token;
+        for (tokens, window) in [(10, None), (10, Some(4)), (3, Some(4)), (0, Some(1))] {
+            let kept = window.map_or(tokens, |w: usize| tokens.min(w));
+            let per_token = kv_cache_bytes_per_token(32, 8, 128, 2);
+            assert_eq!(cache_bytes(32, 8, 128, 2, tokens, window), kept * per_token);
+        }
+    }
+
+    #[test]
     fn cache_bytes_passes_and_classic_mistakes_fail() {
         assert_eq!(check_cache_bytes(cache_bytes), Ok(()));
         let with = |factor: usize, extra: usize| {
