@@ -79,6 +79,7 @@ chapters! {
     ch06 => "../examples/ch06_multihead.rs",
     ch07 => "../examples/ch07_layer.rs",
     ch08 => "../examples/ch08_scale.rs",
+    ch09 => "../examples/ch09_position.rs",
     ch10 => "../examples/ch10_generation.rs",
 }
 

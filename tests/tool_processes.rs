@@ -199,6 +199,41 @@ fn exit_codes_and_streams() {
             "{stderr}"
         );
     }
+    // multihead's Part II options: usage errors found after parsing (a mask file with
+    // --decode, G not dividing H) and by the parsers (W = 0, a base of 1) all end the same way,
+    // and nothing is written.
+    let mha = |file: &str| fixture("mha", "f64_d8_h2_batch3_L6_padding", file);
+    let mask = mha("mask.npy");
+    let mut layer = vec!["--x".to_string(), mha("x_q.npy")];
+    for (flag, file) in [("--wq", "w_q"), ("--wk", "w_k"), ("--wv", "w_v"), ("--wo", "w_o")] {
+        layer.extend([flag.to_string(), mha(&format!("{file}.npy"))]);
+    }
+    let mh_out = path_in(&dir, "multihead.npy");
+    layer.extend([
+        "--heads".to_string(),
+        "2".to_string(),
+        "--out".to_string(),
+        mh_out.clone(),
+    ]);
+    for (extra, first_line) in [
+        (
+            vec!["--decode", "--mask", &mask],
+            "error: --decode computes causal attention through a KV cache",
+        ),
+        (vec!["--kv-heads", "4"], "error: --kv-heads 4 does not divide --heads 2"),
+        (vec!["--mask", "window:0"], "error: invalid value 'window:0' for '--mask"),
+        (vec!["--rope", "--rope-base", "1"], "error: invalid value '1' for '--rope-base <B>'"),
+    ] {
+        let mut args: Vec<&str> = layer.iter().map(String::as_str).collect();
+        args.extend(&extra);
+        let usage = tool("multihead", &args).output().unwrap();
+        let stderr = text(&usage.stderr);
+        assert_eq!(usage.status.code(), Some(2), "{extra:?}: {stderr}");
+        assert!(usage.stdout.is_empty(), "{extra:?}: {}", text(&usage.stdout));
+        assert!(stderr.lines().next().unwrap().starts_with(first_line), "{extra:?}: {stderr}");
+        assert!(stderr.ends_with("For more information, try '--help'.\n"), "{stderr}");
+        assert!(!Path::new(&mh_out).exists(), "{extra:?}: nothing is written");
+    }
     for name in ["attend", "multihead"] {
         let help = tool(name, &["--help"]).output().unwrap();
         assert_eq!(help.status.code(), Some(0));

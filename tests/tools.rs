@@ -394,6 +394,8 @@ fn tools_answer_help_and_version() {
                 "--wv",
                 "--wo",
                 "--heads",
+                "--kv-heads",
+                "--rope-base",
                 "--mask",
                 "--out",
                 "--weights",
@@ -414,6 +416,16 @@ fn tools_answer_help_and_version() {
                 );
             }
             assert!(help.contains("Usage: "), "{help}");
+            if name == "multihead" {
+                // The two switches take no value.
+                for switch in ["--rope", "--decode"] {
+                    assert!(
+                        help.lines().any(|l| l.split_whitespace().next() == Some(switch)),
+                        "{name} {flag} does not describe {switch}:\n{help}"
+                    );
+                }
+                assert!(help.contains("causal|window:W|M.npy"), "{help}");
+            }
             if flag == "--help" {
                 assert!(help.contains("Example (from the repository root):"), "{help}");
                 assert!(
@@ -836,6 +848,108 @@ fn multihead_refuses_bad_input() {
     assert_usage(multihead_run, &x_and_weights(case), &dir, "--heads <H>");
 }
 
+#[test]
+fn multihead_refuses_bad_values_of_the_part_ii_options() {
+    // Each is a usage error found before any file is read: exit code 2, clap's form, no file
+    // touched.
+    let dir = TempDir::new().unwrap();
+    let out = out_path(&dir, "out.npy");
+    let with = |extra: &[&str]| {
+        let mut list = x_and_weights("f64_d12_h3_L6_causal");
+        list.extend(args(&["--heads", "3", "--out", &out]));
+        list.extend(args(extra));
+        list
+    };
+    for g in ["0", "-1", "two", "1.5"] {
+        assert_usage(
+            multihead_run,
+            &with(&["--kv-heads", g]),
+            &dir,
+            &format!(
+                "invalid value '{g}' for '--kv-heads <G>': expected a whole number, at least 1"
+            ),
+        );
+    }
+    for g in ["2", "4", "6"] {
+        assert_usage(
+            multihead_run,
+            &with(&["--kv-heads", g]),
+            &dir,
+            &format!("--kv-heads {g} does not divide --heads 3"),
+        );
+    }
+    assert_usage(
+        multihead_run,
+        &with(&["--rope-base", "500000"]),
+        &dir,
+        "the following required arguments were not provided:\n  --rope",
+    );
+    for b in ["1", "0.5", "0", "-10000", "inf", "NaN", "ten", ""] {
+        assert_usage(
+            multihead_run,
+            &with(&["--rope", "--rope-base", b]),
+            &dir,
+            &format!(
+                "invalid value '{b}' for '--rope-base <B>': expected a number greater than 1"
+            ),
+        );
+    }
+    assert_usage(
+        multihead_run,
+        &with(&["--mask", "window:0"]),
+        &dir,
+        "invalid value 'window:0' for '--mask <causal|window:W|M.npy>': a sliding window must \
+         hold at least 1 key (the query's own), so W = 0 is not allowed",
+    );
+    for w in ["", "-2", "2.5", "+3", "three", " 3", "3 "] {
+        assert_usage(
+            multihead_run,
+            &with(&["--mask", &format!("window:{w}")]),
+            &dir,
+            &format!(
+                "invalid value 'window:{w}' for '--mask <causal|window:W|M.npy>': expected \
+                 window:W with W a whole number of keys, at least 1, not {w:?} (a file of this \
+                 name: ./window:{w})"
+            ),
+        );
+    }
+    assert_usage(
+        multihead_run,
+        &with(&["--mask", "window"]),
+        &dir,
+        "a sliding window needs its width: window:W, e.g. window:4",
+    );
+    let mask = fixture("mha", "f64_d8_h2_batch3_L6_padding", "mask.npy");
+    assert_usage(
+        multihead_run,
+        &with(&["--decode", "--mask", &mask]),
+        &dir,
+        &format!(
+            "--decode computes causal attention through a KV cache (a sliding window with \
+             --mask window:W), so it takes no mask file: drop --mask {mask} or --decode"
+        ),
+    );
+    // Repeated switches are refused like any repeated option.
+    for switch in ["--rope", "--decode"] {
+        assert_usage(
+            multihead_run,
+            &with(&[switch, switch]),
+            &dir,
+            &format!("the argument '{switch}' cannot be used multiple times"),
+        );
+    }
+    // `attend` reads `--mask` with the same parser and says where a window belongs.
+    let mut list = qkv("f64_causal_L6_dk8");
+    list.extend(args(&["--out", &out, "--mask", "window:3"]));
+    assert_usage(
+        attend_run,
+        &list,
+        &dir,
+        "--mask window:3 is a sliding window over one sequence, which the multihead tool \
+         applies; attend takes causal or a bool .npy mask",
+    );
+}
+
 /// Reads a PNG's width and height from its header.
 fn png_size(path: &str) -> (u32, u32) {
     let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("{path}: {e}"));
@@ -1060,4 +1174,587 @@ fn attend_bench_ends_with_the_median() {
     let mut list = qkv("f32_causal_L33_dk32");
     list.extend(args(&["--out", &out]));
     assert!(!ok(attend_run(&list)).contains("median_ms"));
+}
+
+// multihead's options of chapters 9 and 10: --kv-heads, --rope, --rope-base, --mask window:W
+// and --decode.
+
+/// A layer of `heads` query heads and `kv_heads` key/value heads, d_model = `d_model`, on a
+/// sequence of `l` tokens (a batch of `batch` of them if given), written into `dir` in the
+/// dtype `A` with deterministic values (a sine of the index, scaled like a trained layer:
+/// entries of size about 1/√d_model); returns the arguments `--x … --wo …`.
+fn write_layer<A: ndarray_npy::WritableElement + Copy>(
+    dir: &TempDir,
+    [d_model, heads, kv_heads, l]: [usize; 4],
+    batch: Option<usize>,
+    convert: fn(f64) -> A,
+) -> Vec<String> {
+    let d_kv = kv_heads * d_model / heads;
+    let fill = |shape: &[usize], seed: usize, scale: f64| {
+        ArrayD::from_shape_fn(IxDyn(shape), |i| {
+            let n = i.slice().iter().fold(seed, |n, &k| n * 31 + k);
+            convert(scale * ((n * 7919 % 10007) as f64).sin())
+        })
+    };
+    let x_shape = match batch {
+        Some(b) => vec![b, l, d_model],
+        None => vec![l, d_model],
+    };
+    let w_scale = 1.5 / (d_model as f64).sqrt();
+    let mut list = Vec::new();
+    for (flag, shape, seed, scale) in [
+        ("--x", x_shape, 1, 1.0),
+        ("--wq", vec![d_model, d_model], 2, w_scale),
+        ("--wk", vec![d_model, d_kv], 3, w_scale),
+        ("--wv", vec![d_model, d_kv], 4, w_scale),
+        ("--wo", vec![d_model, d_model], 5, w_scale),
+    ] {
+        let path = out_path(dir, &format!("{}.npy", &flag[2..]));
+        write_npy(&path, &fill(&shape, seed, scale)).unwrap();
+        list.extend([flag.to_string(), path]);
+    }
+    list
+}
+
+fn to_f32(x: f64) -> f32 {
+    x as f32
+}
+
+fn to_f64(x: f64) -> f64 {
+    x
+}
+
+/// Runs multihead with `list` and `extra`, writing out.npy and w.npy into `dir`; returns the
+/// summary, the output and the weights (as f64, whatever the dtype of the files).
+fn multihead_outputs(
+    dir: &TempDir,
+    list: &[String],
+    extra: &[&str],
+) -> (String, ArrayD<f64>, ArrayD<f64>) {
+    let (out, w) = (out_path(dir, "out.npy"), out_path(dir, "w.npy"));
+    let mut list = list.to_vec();
+    list.extend(args(extra));
+    list.extend(args(&["--out", &out, "--weights", &w]));
+    let summary = multihead_run(&list)
+        .unwrap_or_else(|f| panic!("multihead {extra:?} failed:\n{}", f.message()));
+    (summary, read_f64(&out), read_f64(&w))
+}
+
+#[test]
+fn multihead_decodes_token_by_token_to_the_full_pass() {
+    // --decode (the KV cache, one token at a time) against one masked pass over the whole
+    // sequence: MHA, GQA and MQA, with and without RoPE, causal and a window, one sequence and
+    // a batch, float64 to 1e-12 and float32 to 1e-5.
+    let dir = TempDir::new().unwrap();
+    for (kv_heads, rope, window, batch) in [
+        (4, false, None, None),
+        (2, true, None, Some(2)),
+        (1, true, Some(3), None),
+        (2, false, Some(2), Some(3)),
+        (4, true, Some(4), Some(2)),
+    ] {
+        let shape = [16, 4, kv_heads, 7];
+        for (f32_too, tolerance) in [(false, 1e-12), (true, 1e-5)] {
+            let list = if f32_too {
+                write_layer(&dir, shape, batch, to_f32)
+            } else {
+                write_layer(&dir, shape, batch, to_f64)
+            };
+            let mask = window.map_or("causal".to_string(), |w| format!("window:{w}"));
+            let mut common = vec!["--heads".to_string(), "4".to_string()];
+            common.extend(args(&["--kv-heads", &kv_heads.to_string()]));
+            if rope {
+                common.push("--rope".into());
+            }
+            let mut full = common.clone();
+            full.extend(["--mask".to_string(), mask.clone()]);
+            let mut decode = common.clone();
+            decode.push("--decode".into());
+            if window.is_some() {
+                decode.extend(["--mask".to_string(), mask.clone()]);
+            }
+            let full: Vec<&str> = full.iter().map(String::as_str).collect();
+            let decode: Vec<&str> = decode.iter().map(String::as_str).collect();
+            let (_, out_full, w_full) = multihead_outputs(&dir, &list, &full);
+            let (summary, out_dec, w_dec) = multihead_outputs(&dir, &list, &decode);
+            let what =
+                format!("G = {kv_heads}, rope {rope}, {mask}, batch {batch:?}, f32 {f32_too}");
+            assert!(summary.contains("decoded token by token"), "{what}: {summary}");
+            let lead = batch.map_or(vec![], |b| vec![b]);
+            assert_eq!(out_dec.shape(), [lead.clone(), vec![7, 16]].concat(), "{what}");
+            assert_eq!(w_dec.shape(), [lead, vec![4, 7, 7]].concat(), "{what}");
+            let (d_out, d_w) = (max_diff(&out_dec, &out_full), max_diff(&w_dec, &w_full));
+            assert!(d_out < tolerance && d_w < tolerance, "{what}: {d_out:e}, {d_w:e}");
+            // The window (or the causal mask) holds: no weight on a key out of reach.
+            let w = window.unwrap_or(7);
+            for (index, &weight) in w_dec.indexed_iter() {
+                let n = index.ndim();
+                let (i, j) = (index[n - 2], index[n - 1]);
+                if j > i || i - j >= w {
+                    assert_eq!(weight, 0.0, "{what}: weight at {:?}", index.slice());
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn multihead_options_that_change_nothing_change_nothing() {
+    let dir = TempDir::new().unwrap();
+    let list = write_layer(&dir, [16, 4, 4, 6], Some(2), to_f64);
+    let run = |extra: &[&str]| multihead_outputs(&dir, &list, extra);
+    let (plain_summary, plain, plain_w) = run(&["--heads", "4", "--mask", "causal"]);
+    // Without the new options the tool is chapter 6's layer, to the last bit (it computes
+    // through GroupedQueryAttention, which with G = H is MultiHeadAttention).
+    let matrix = |i: usize| -> ndarray::Array2<f64> { read_npy(&list[2 * i + 1]).unwrap() };
+    let mha = attention::multihead::MultiHeadAttention::new(
+        matrix(1),
+        matrix(2),
+        matrix(3),
+        matrix(4),
+        4,
+    )
+    .unwrap();
+    let x: ndarray::Array3<f64> = read_npy(&list[1]).unwrap();
+    let causal = attention::mask::Mask::causal(6);
+    let chapter6 = mha.forward_batched(&x, Some(&causal)).unwrap();
+    assert_eq!(
+        (&plain, &plain_w),
+        (&chapter6.output.into_dyn(), &chapter6.weights.into_dyn())
+    );
+    // G = H is multi-head attention, bit for bit.
+    let (summary, out, w) = run(&["--heads", "4", "--kv-heads", "4", "--mask", "causal"]);
+    assert_eq!((&summary, &out, &w), (&plain_summary, &plain, &plain_w));
+    // A window as long as the sequence (or longer) is the causal mask.
+    for window in ["window:6", "window:100"] {
+        let (_, out, w) = run(&["--heads", "4", "--mask", window]);
+        assert_eq!((&out, &w), (&plain, &plain_w), "{window}");
+    }
+    // --rope-base 10000 is the default.
+    let (summary, rope, rope_w) = run(&["--heads", "4", "--rope", "--mask", "causal"]);
+    assert!(summary.contains("RoPE base 10000"), "{summary}");
+    let (_, out, w) =
+        run(&["--heads", "4", "--rope", "--rope-base", "1e4", "--mask", "causal"]);
+    assert_eq!((&out, &w), (&rope, &rope_w));
+    // ... and RoPE does change the result, and so does its base; but not for the first token,
+    // whose position 0 is no rotation at all: it sees only itself under the causal mask.
+    let (_, other_base, _) =
+        run(&["--heads", "4", "--rope", "--rope-base", "500000", "--mask", "causal"]);
+    for changed in [&rope, &other_base] {
+        assert!(max_diff(changed, &plain) > 1e-3);
+    }
+    assert!(max_diff(&rope, &other_base) > 1e-6);
+    let first = |a: &ArrayD<f64>| a.slice(ndarray::s![.., 0, ..]).to_owned().into_dyn();
+    assert!(max_diff(&first(&rope), &first(&plain)) < 1e-12);
+    // Decoding without a mask is causal decoding.
+    let (_, decoded, decoded_w) = run(&["--heads", "4", "--decode"]);
+    assert!(max_diff(&decoded, &plain) < 1e-12 && max_diff(&decoded_w, &plain_w) < 1e-12);
+    let (_, with_mask, with_mask_w) = run(&["--heads", "4", "--decode", "--mask", "causal"]);
+    assert_eq!((&with_mask, &with_mask_w), (&decoded, &decoded_w));
+}
+
+#[test]
+fn multihead_window_of_one_sees_only_itself() {
+    // W = 1: each query sees its own key alone, so every head's weights are the identity,
+    // whatever the scores (RoPE included), and token i's output is the layer's output for
+    // token i alone: its values, head by head through its group's W_V columns, then W_O.
+    let dir = TempDir::new().unwrap();
+    let list = write_layer(&dir, [8, 4, 2, 5], None, to_f64);
+    let gqa = ["--heads", "4", "--kv-heads", "2"];
+    let (_, out, w) = multihead_outputs(
+        &dir,
+        &list,
+        &[&gqa[..], &["--rope", "--mask", "window:1"]].concat(),
+    );
+    let eye = ndarray::Array2::<f64>::eye(5);
+    for head in w.outer_iter() {
+        assert_eq!(head, eye.view().into_dyn());
+    }
+    let x: ArrayD<f64> = read_npy(&list[1]).unwrap();
+    let lone = TempDir::new().unwrap();
+    for i in 0..5 {
+        let mut one = list.clone();
+        one[1] = out_path(&lone, "x.npy");
+        write_npy(&one[1], &x.slice(ndarray::s![i..i + 1, ..]).to_owned()).unwrap();
+        let (_, alone, _) = multihead_outputs(&lone, &one, &gqa);
+        let row = out.slice(ndarray::s![i..i + 1, ..]).to_owned().into_dyn();
+        assert!(max_diff(&row, &alone) < 1e-12, "token {i}");
+    }
+}
+
+#[test]
+fn multihead_says_what_it_did() {
+    let dir = TempDir::new().unwrap();
+    let out = out_path(&dir, "out.npy");
+    for (layer, extra, expected) in [
+        ([8, 2, 2, 5], &["--heads", "2"][..], "2-head attention over (5, 8)"),
+        (
+            [8, 2, 2, 5],
+            &["--heads", "2", "--mask", "causal"][..],
+            "2-head attention over (5, 8), causal",
+        ),
+        (
+            [16, 4, 2, 6],
+            &["--heads", "4", "--kv-heads", "2", "--rope", "--decode"][..],
+            "4 query heads sharing 2 key/value heads over (6, 16), RoPE base 10000, causal, \
+             decoded token by token through a KV cache",
+        ),
+        (
+            [16, 4, 1, 6],
+            &[
+                "--heads",
+                "4",
+                "--kv-heads",
+                "1",
+                "--rope",
+                "--rope-base",
+                "500000",
+                "--mask",
+                "window:3",
+            ][..],
+            "4 query heads sharing 1 key/value head (multi-query attention) over (6, 16), RoPE \
+             base 500000, sliding window W = 3",
+        ),
+        (
+            [16, 4, 4, 6],
+            &["--heads", "4", "--mask", "window:2", "--decode"][..],
+            "4-head attention over (6, 16), sliding window W = 2, decoded token by token through \
+             a KV cache",
+        ),
+    ] {
+        let mut list = write_layer(&dir, layer, None, to_f64);
+        list.extend(args(extra));
+        list.extend(args(&["--out", &out]));
+        let summary = ok(multihead_run(&list));
+        assert_eq!(
+            summary,
+            format!("{expected}: wrote {out} (output ({}, {}))", layer[3], layer[0])
+        );
+    }
+    let mut list = x_and_weights("f64_d8_h2_batch3_L6_padding");
+    let mask = fixture("mha", "f64_d8_h2_batch3_L6_padding", "mask.npy");
+    list.extend(args(&["--heads", "2", "--mask", &mask, "--out", &out]));
+    assert!(
+        ok(multihead_run(&list))
+            .starts_with(&format!("2-head attention over (3, 6, 8), mask {mask}: wrote")),
+    );
+}
+
+#[test]
+fn multihead_refuses_data_that_does_not_fit_the_part_ii_options() {
+    let dir = TempDir::new().unwrap();
+    let out = out_path(&dir, "out.npy");
+    // W_K and W_V for G = 2 of 4 heads (d_model 16, d_head 4): (16, 8).
+    let list = write_layer(&dir, [16, 4, 2, 5], None, to_f64);
+    let x = list[1].clone();
+    let with = |extra: &[&str]| {
+        let mut l = list.clone();
+        l.extend(args(extra));
+        l.extend(args(&["--out", &out]));
+        l
+    };
+    // Without --kv-heads W_K must be (d_model, d_model).
+    let wk = list[5].clone();
+    assert_fails(
+        multihead_run,
+        &with(&["--heads", "4"]),
+        &dir,
+        &wk,
+        "has shape (16, 8) but (d_model, d_model) = (16, 16) was expected",
+    );
+    // With the wrong G: the shape that G asks for, and where each number comes from.
+    assert_fails(
+        multihead_run,
+        &with(&["--heads", "4", "--kv-heads", "1"]),
+        &dir,
+        &wk,
+        &format!(
+            "has shape (16, 8) but (d_model, G·d_head) = (16, 4) was expected, with d_model = \
+             16 the last axis of {x}, G = 1 key/value heads (--kv-heads) and d_head = d_model / \
+             H = 16 / 4 = 4"
+        ),
+    );
+    // W_V is checked too, and W_Q, W_O stay (d_model, d_model).
+    let mut swapped = with(&["--heads", "4", "--kv-heads", "2"]);
+    let (wq, wv) = (list[3].clone(), list[7].clone());
+    swapped[5] = wq.clone();
+    assert_fails(
+        multihead_run,
+        &swapped,
+        &dir,
+        &wq,
+        &format!(
+            "has shape (16, 16) but (d_model, G·d_head) = (16, 8) was expected, with d_model = \
+             16 the last axis of {x}, G = 2 key/value heads (--kv-heads) and d_head = d_model / \
+             H = 16 / 4 = 4"
+        ),
+    );
+    let mut swapped = with(&["--heads", "4", "--kv-heads", "2"]);
+    swapped[7] = wq.clone();
+    assert_fails(
+        multihead_run,
+        &swapped,
+        &dir,
+        &wq,
+        "has shape (16, 16) but (d_model, G·d_head) = (16, 8)",
+    );
+    let mut swapped = with(&["--heads", "4", "--kv-heads", "2"]);
+    swapped[3] = wv.clone();
+    assert_fails(
+        multihead_run,
+        &swapped,
+        &dir,
+        &wv,
+        "has shape (16, 8) but (d_model, d_model) = (16, 16)",
+    );
+    // RoPE turns pairs of columns: d_head = 16 / 8 = 2 is fine, 16 / 16 = 1 is not.
+    let layer = write_layer(&dir, [16, 16, 16, 5], None, to_f64);
+    let mut odd = layer.clone();
+    odd.extend(args(&["--heads", "16", "--rope", "--out", &out]));
+    assert_fails(
+        multihead_run,
+        &odd,
+        &dir,
+        &layer[1],
+        "--rope turns pairs of columns, so d_head must be even, but d_head = d_model / H = \
+         16 / 16 = 1",
+    );
+    // G divides H but H does not divide d_model: the old message, naming X.
+    let mut bad = with(&["--heads", "6", "--kv-heads", "2"]);
+    bad[1] = x.clone();
+    assert_fails(multihead_run, &bad, &dir, &x, "heads = 6 does not divide d_model = 16");
+}
+
+#[test]
+fn multihead_draws_and_writes_the_weights_of_every_mode() {
+    let dir = TempDir::new().unwrap();
+    let png = out_path(&dir, "w.png");
+    for (kv_heads, batch, extra) in [
+        (2, None, &["--mask", "window:2"][..]),
+        (1, Some(2), &["--rope", "--decode", "--mask", "window:3"][..]),
+        (4, Some(3), &["--decode"][..]),
+    ] {
+        let list = write_layer(&dir, [8, 4, kv_heads, 5], batch, to_f32);
+        let g = kv_heads.to_string();
+        let mut extra = extra.to_vec();
+        extra.extend([
+            "--heads",
+            "4",
+            "--kv-heads",
+            &g,
+            "--png",
+            &png,
+            "--labels",
+            "a,b,c,d,e",
+        ]);
+        let (summary, _, w) = multihead_outputs(&dir, &list, &extra);
+        let lead = batch.map_or(vec![], |b| vec![b]);
+        assert_eq!(w.shape(), [lead, vec![4, 5, 5]].concat(), "{extra:?}");
+        assert!(summary.contains(&format!("{png} (heatmap of the weights)")), "{summary}");
+        png_size(&png);
+    }
+}
+
+/// Every case of `tests/fixtures/gqa/` (PyTorch's grouped-query layers: see
+/// `tools/make_fixtures.py`), with the multihead options that case's own files ask for:
+/// `--heads` from heads.npy, `--kv-heads` from kv_heads.npy, `--rope --rope-base` from
+/// rope_base.npy, `--mask causal` from causal.npy, `--mask window:W` from window.npy.
+/// Returns (case, arguments, whether the mask is causal or a window).
+fn gqa_cases() -> Vec<(String, Vec<String>, bool)> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/gqa");
+    let mut names: Vec<String> = std::fs::read_dir(&root)
+        .unwrap_or_else(|e| panic!("{}: {e}", root.display()))
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    names
+        .into_iter()
+        .map(|case| {
+            let file = |name: &str| fixture("gqa", &case, name);
+            let has = |name: &str| Path::new(&file(name)).exists();
+            let int = |name: &str| scalar::<i64>(&file(name));
+            let mut list = vec!["--x".to_string(), file("x.npy")];
+            for (flag, name) in
+                [("--wq", "w_q"), ("--wk", "w_k"), ("--wv", "w_v"), ("--wo", "w_o")]
+            {
+                list.extend([flag.to_string(), file(&format!("{name}.npy"))]);
+            }
+            list.extend(args(&["--heads", &int("heads.npy").to_string()]));
+            list.extend(args(&["--kv-heads", &int("kv_heads.npy").to_string()]));
+            if has("rope_base.npy") {
+                let base = scalar::<f64>(&file("rope_base.npy"));
+                list.extend(args(&["--rope", "--rope-base", &base.to_string()]));
+            }
+            let causal = has("causal.npy");
+            if causal {
+                assert!(scalar::<bool>(&file("causal.npy")));
+                list.extend(args(&["--mask", "causal"]));
+            }
+            let window = has("window.npy");
+            if window {
+                list.extend(args(&["--mask", &format!("window:{}", int("window.npy"))]));
+            }
+            assert!(!(causal && window), "{case}: causal.npy and window.npy");
+            assert_eq!(has("mask.npy"), causal || window, "{case}: mask.npy is the mask used");
+            (case, list, causal || window)
+        })
+        .collect()
+}
+
+#[test]
+fn multihead_reproduces_pytorch_grouped_query_layers() {
+    // Each case as PyTorch computed it (SDPA with enable_gqa=True, RoPE written out in the
+    // fixture script), then the same through --decode where the mask allows it (a causal mask
+    // or a window; a case without a mask has no token-by-token form).
+    let dir = TempDir::new().unwrap();
+    let cases = gqa_cases();
+    let (mut decoded, mut kinds) = (0, std::collections::BTreeSet::new());
+    for (case, list, decodable) in &cases {
+        let tolerance = if case.starts_with("f32") { 1e-5 } else { 1e-12 };
+        let expected_out: ArrayD<f64> = read_f64(&fixture("gqa", case, "out.npy"));
+        let expected_w: ArrayD<f64> = read_f64(&fixture("gqa", case, "weights.npy"));
+        let mut runs = vec![vec![]];
+        if *decodable {
+            runs.push(vec!["--decode"]);
+            decoded += 1;
+        }
+        for extra in runs {
+            let (summary, out, w) = multihead_outputs(&dir, list, &extra);
+            let (d_out, d_w) = (max_diff(&out, &expected_out), max_diff(&w, &expected_w));
+            assert!(
+                d_out < tolerance && d_w < tolerance,
+                "{case} {extra:?}: |out − PyTorch| = {d_out:e}, |weights − PyTorch| = {d_w:e} \
+                 ({summary})"
+            );
+        }
+        // What the cases cover, read from their options.
+        let g = &list[list.iter().position(|a| a == "--kv-heads").unwrap() + 1];
+        let h = &list[list.iter().position(|a| a == "--heads").unwrap() + 1];
+        kinds.insert(if g == h {
+            "G = H"
+        } else if g == "1" {
+            "G = 1"
+        } else {
+            "1 < G < H"
+        });
+        for (flag, kind) in [("--rope", "RoPE"), ("causal", "causal"), ("--mask", "a mask")] {
+            if list.iter().any(|a| a == flag) {
+                kinds.insert(kind);
+            }
+        }
+        if list.iter().any(|a| a.starts_with("window:")) {
+            kinds.insert("a window");
+        }
+        if expected_out.ndim() == 3 {
+            kinds.insert("a batch");
+        }
+        if !list.iter().any(|a| a == "--mask") {
+            kinds.insert("no mask");
+        }
+    }
+    assert_eq!(
+        kinds.into_iter().collect::<Vec<_>>(),
+        [
+            "1 < G < H",
+            "G = 1",
+            "G = H",
+            "RoPE",
+            "a batch",
+            "a mask",
+            "a window",
+            "causal",
+            "no mask"
+        ],
+        "the fixtures cover every kind of case"
+    );
+    assert!(cases.iter().any(|(c, ..)| c.starts_with("f32")), "float32 cases too");
+    assert!(decoded >= cases.len() / 2, "{decoded} of {} cases decoded", cases.len());
+}
+
+/// The one value of a fixture's setting (`heads.npy`, …): saved as a 0-d array or, through
+/// `np.ascontiguousarray`, as a 1-element one.
+fn scalar<T: ndarray_npy::ReadableElement + Copy>(path: &str) -> T {
+    let a: ArrayD<T> = read_npy(path).unwrap_or_else(|e| panic!("{path}: {e}"));
+    assert_eq!(a.len(), 1, "{path}: one value");
+    *a.iter().next().unwrap()
+}
+
+/// A float32 or float64 .npy file, as float64.
+fn read_f64(path: &str) -> ArrayD<f64> {
+    read_npy::<_, ArrayD<f64>>(path)
+        .or_else(|_| read_npy::<_, ArrayD<f32>>(path).map(|a| a.mapv(f64::from)))
+        .unwrap_or_else(|e| panic!("{path}: {e}"))
+}
+
+/// The command after the line `G=tests/fixtures/gqa/<case>` in `text` (a shell command, its
+/// lines joined at the trailing `\`): the case, the tool's options (after ` -- `, as written)
+/// and the lines after the command.
+fn gqa_command<'a>(text: &'a str, prompt: &str) -> (String, Vec<String>, Vec<&'a str>) {
+    let start = text
+        .find(&format!("{prompt}G=tests/fixtures/gqa/"))
+        .expect("a command on a tests/fixtures/gqa case");
+    let mut lines = text[start..].lines();
+    let case = lines.next().unwrap().rsplit('/').next().unwrap().to_string();
+    let mut command = String::new();
+    for line in lines.by_ref() {
+        match line.strip_suffix('\\') {
+            Some(part) => command += part,
+            None => {
+                command += line;
+                break;
+            }
+        }
+    }
+    let options = command
+        .split_once(" -- ")
+        .expect("cargo run ... -- options")
+        .1
+        .split_whitespace()
+        .map(String::from)
+        .collect();
+    (case, options, lines.collect())
+}
+
+#[test]
+fn appendix_c_shows_what_multihead_prints() {
+    // Appendix C runs multihead on a grouped-query fixture and shows the line it prints: run
+    // that command (its /tmp files moved into a temporary directory) and compare. The example
+    // in --help is the same command.
+    let appendix = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("book/appendix-tools.md"),
+    )
+    .unwrap();
+    let block = appendix.split("```console\n").find(|b| b.starts_with("$ G=")).unwrap();
+    let (command, prose) = block.split_once("```").unwrap();
+    let (case, options, after) = gqa_command(command, "$ ");
+    assert!(after.is_empty(), "the block is the command alone: {after:?}");
+    // The line is too long for a code block, so the prose quotes it (wrapped).
+    let printed = prose
+        .split_once("prints one line, `")
+        .and_then(|(_, rest)| rest.split_once('`'))
+        .expect("the paragraph after the block quotes the line the tool prints")
+        .0
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ");
+    let dir = TempDir::new().unwrap();
+    let tmp = dir.path().to_string_lossy().into_owned();
+    let list: Vec<String> = options
+        .iter()
+        .map(|a| match a.strip_prefix("/tmp/") {
+            Some(name) => out_path(&dir, name),
+            None => a.replace("$G", fixture("gqa", &case, "").trim_end_matches('/')),
+        })
+        .collect();
+    let summary = ok(multihead_run(&list));
+    assert_eq!(summary.replace(&tmp, "/tmp"), printed);
+    let out = read_f64(&out_path(&dir, "out.npy"));
+    assert!(max_diff(&out, &read_f64(&fixture("gqa", &case, "out.npy"))) < 1e-12);
+
+    let help = multihead_run(&args(&["--help"])).unwrap_err().message();
+    let (help_case, help_options, _) = gqa_command(&help, "");
+    let no_tmp = |list: &[String]| -> Vec<String> {
+        list.iter().map(|a| a.trim_start_matches("/tmp/").to_string()).collect()
+    };
+    assert_eq!((help_case, no_tmp(&help_options)), (case, no_tmp(&options)));
 }

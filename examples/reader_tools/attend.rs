@@ -100,6 +100,16 @@ impl Impl {
 /// whose last line is `median_ms=<number>`).
 pub fn run(args: Vec<OsString>) -> Result<String, Failure> {
     let cli = Cli::try_parse_from(args)?;
+    if let Some(MaskArg::Window(w)) = cli.mask {
+        return Err(usage::<Cli>(
+            ErrorKind::InvalidValue,
+            format!(
+                "--mask window:{w} is a sliding window over one sequence, which the multihead \
+                 tool applies; attend takes causal or a bool .npy mask (a file named \
+                 window:{w}: ./window:{w})"
+            ),
+        ));
+    }
     if cli.implementation == Some(Impl::Tiled) && cli.written.wants_weights() {
         return Err(usage::<Cli>(
             ErrorKind::ArgumentConflict,
@@ -186,6 +196,7 @@ fn attend<A: Float + WritableElement>(
         None => None,
         Some(MaskArg::Causal) => Some(Mask::causal_rect(l_q, l_k)),
         Some(MaskArg::File(path)) => Some(load_mask(path, &weights_shape)?),
+        Some(MaskArg::Window(_)) => unreachable!("run refused --mask window:W"),
     };
     let implementation =
         Impl::choose(cli.implementation, cli.written.wants_weights(), l_q * l_k);

@@ -154,33 +154,59 @@ impl Written {
     }
 }
 
-/// `--mask`: the causal mask, or a file.
+/// `--mask`: the causal mask, a causal sliding window, or a file.
 #[derive(Clone, Debug, PartialEq)]
 pub enum MaskArg {
     /// `--mask causal`.
     Causal,
-    /// `--mask M.npy` (a file named `causal` is `--mask ./causal`).
+    /// `--mask window:W`: query `i` sees keys `j` with `0 ≤ i − j < W` (itself and the
+    /// `W − 1` before it); `W ≥ 1`.
+    Window(usize),
+    /// `--mask M.npy` (a file named `causal` is `--mask ./causal`, one named `window:4` is
+    /// `--mask ./window:4`).
     File(PathBuf),
 }
 
 impl MaskArg {
-    /// Parses `--mask`'s value.
+    /// Parses `--mask`'s value: `causal`, `window:W` with a whole `W ≥ 1`, or a file.
     pub fn parse(text: &str) -> Result<MaskArg, String> {
-        Ok(if text == "causal" { MaskArg::Causal } else { MaskArg::File(text.into()) })
+        if text == "causal" {
+            return Ok(MaskArg::Causal);
+        }
+        if let Some(width) = text.strip_prefix("window:") {
+            let digits = !width.is_empty() && width.bytes().all(|b| b.is_ascii_digit());
+            return match width.parse::<usize>() {
+                Ok(0) if digits => Err("a sliding window must hold at least 1 key (the \
+                                        query's own), so W = 0 is not allowed"
+                    .into()),
+                Ok(w) if digits => Ok(MaskArg::Window(w)),
+                _ => Err(format!(
+                    "expected window:W with W a whole number of keys, at least 1, not {width:?} \
+                     (a file of this name: ./{text})"
+                )),
+            };
+        }
+        if text == "window" {
+            return Err("a sliding window needs its width: window:W, e.g. window:4 (a file \
+                        named window: ./window)"
+                .into());
+        }
+        Ok(MaskArg::File(text.into()))
     }
 
     /// The mask file, if it is one.
     pub fn file(&self) -> Option<&Path> {
         match self {
-            MaskArg::Causal => None,
+            MaskArg::Causal | MaskArg::Window(_) => None,
             MaskArg::File(path) => Some(path),
         }
     }
 
-    /// `causal` or the file's path, for titles.
+    /// `causal`, `window:W` or the file's path, for titles.
     pub fn describe(&self) -> String {
         match self {
             MaskArg::Causal => "causal".into(),
+            MaskArg::Window(w) => format!("window:{w}"),
             MaskArg::File(path) => path.display().to_string(),
         }
     }

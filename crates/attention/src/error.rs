@@ -149,7 +149,9 @@ pub enum AttentionError {
     #[error("a sliding window must hold at least 1 key (the query's own), but W = 0")]
     ZeroWindow,
     /// A KV cache with room for `capacity` tokens was asked to take one more.
-    #[error("the KV cache is full: it holds {capacity} tokens and has no room for token {position}")]
+    #[error(
+        "the KV cache is full: it holds {capacity} tokens and has no room for token {position}"
+    )]
     CacheFull {
         /// How many tokens the cache can hold.
         capacity: usize,

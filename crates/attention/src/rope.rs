@@ -24,7 +24,7 @@
 //! element type, so that an `f32` rotation at position 100 000 is as accurate as one at 1.
 //!
 //! Anchors (below the doc comments): `rope_struct`, `rope_new`, `rope_thetas`, `rope_apply`,
-//! `rotate_half`, `rotate_interleaved`, `layout_permutation`.
+//! `rotate_half`, `rotate_interleaved`, `layout_permutation`, `check_even`.
 
 use ndarray::{Array, ArrayRef, ArrayViewMut1, Axis, Dimension};
 
@@ -262,6 +262,8 @@ pub fn layout_permutation(d_head: usize) -> Result<Vec<usize>> {
 }
 // ANCHOR_END: layout_permutation
 
+/// An error unless `d_head` is even and at least 2: RoPE rotates pairs of columns.
+// ANCHOR: check_even
 fn check_even(d_head: usize) -> Result<()> {
     if d_head == 0 || !d_head.is_multiple_of(2) {
         return Err(AttentionError::OddWidth {
@@ -272,6 +274,7 @@ fn check_even(d_head: usize) -> Result<()> {
     }
     Ok(())
 }
+// ANCHOR_END: check_even
 
 #[cfg(test)]
 mod tests {

@@ -35,6 +35,7 @@ pub mod ch05;
 pub mod ch06;
 pub mod ch07;
 pub mod ch08;
+pub mod ch09;
 pub mod ch10;
 
 #[cfg(test)]

@@ -15,4 +15,5 @@ mod ch05;
 mod ch06;
 mod ch07;
 mod ch08;
+mod ch09;
 mod ch10;
