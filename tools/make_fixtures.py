@@ -13,7 +13,7 @@ Layout (every file is a NumPy .npy written by numpy.save):
   tests/fixtures/sdpa/<case>/      torch.nn.functional.scaled_dot_product_attention
       q.npy k.npy v.npy            (..., L_q, d_k), (..., L_k, d_k), (..., L_k, d_v)
       mask.npy                     bool, True = may attend (absent: no mask)
-      causal.npy                   present (a 0-d bool True) when is_causal=True was used
+      causal.npy                   present (a bool True of shape (1,)) when is_causal=True was used
       out.npy                      (..., L_q, d_v)
       weights.npy                  (..., L_q, L_k): softmax(QK^T/sqrt(d_k) + mask), computed
                                    in float64 from the same inputs, then cast (SDPA itself
@@ -28,7 +28,7 @@ Layout (every file is a NumPy .npy written by numpy.save):
                                    [W_q; W_k; W_v] each in nn.Linear's (out, in) layout, so
                                    W_Q = in_proj_weight[:d].T, W_K = in_proj_weight[d:2d].T,
                                    W_V = in_proj_weight[2d:].T and W_O = out_proj.weight.T
-      heads.npy                    0-d int64
+      heads.npy                    int64, shape (1,)
       mask.npy                     bool, True = may attend: (L_q, L_k) or (batch, L_q, L_k)
                                    (PyTorch's MHA takes the opposite convention, True =
                                    blocked, so the script passes ~mask)
@@ -38,7 +38,7 @@ Layout (every file is a NumPy .npy written by numpy.save):
 
   tests/fixtures/rope/<case>/      rotary position embeddings, written out below (rope())
       x.npy                        (..., L, d_head), row r at position start + r
-      base.npy start.npy           0-d float64, 0-d int64
+      base.npy start.npy           float64 and int64, shape (1,)
       thetas.npy                   (d_head/2,) float64: base^(-2i/d_head)
       rotate_half.npy              x rotated with pairs (i, i + d_head/2) (Llama, GPT-NeoX)
       interleaved.npy              x rotated with pairs (2i, 2i+1) (RoFormer, GPT-J), checked
@@ -57,14 +57,14 @@ Layout (every file is a NumPy .npy written by numpy.save):
 
   tests/fixtures/window/<case>/    sliding-window attention: SDPA with a bool attn_mask
       q.npy k.npy v.npy            (..., L, d_k), (..., L, d_k), (..., L, d_v)
-      window.npy                   0-d int64 W
+      window.npy                   int64 W, shape (1,)
       mask.npy                     (L, L) bool: query i sees key j iff 0 <= i - j < W
       out.npy weights.npy          as for sdpa
 
   tests/fixtures/sdpa_gqa/<case>/  grouped-query SDPA: H query heads, G key/value heads
       q.npy k.npy v.npy            (H, L_q, d_k), (G, L_k, d_k), (G, L_k, d_v)
       mask.npy                     (L_q, L_k) bool (absent: no mask)
-      window.npy                   0-d int64 W when mask.npy is a sliding window
+      window.npy                   int64 W, shape (1,) when mask.npy is a sliding window
       out.npy                      SDPA with enable_gqa=True
       out_repeat.npy               plain SDPA on k, v repeat_interleave'd to H heads (kv head
                                    j serves query heads j*H/G ... (j+1)*H/G - 1)
@@ -75,12 +75,12 @@ Layout (every file is a NumPy .npy written by numpy.save):
       x.npy                        (L, d_model) or (batch, L, d_model)
       w_q.npy w_o.npy              (d_model, d_model), X . W convention
       w_k.npy w_v.npy              (d_model, G d_head)
-      heads.npy kv_heads.npy       0-d int64 H and G
-      rope_base.npy                0-d float64 (absent: no RoPE); RoPE rotate-half is applied
+      heads.npy kv_heads.npy       int64 H and G, shape (1,)
+      rope_base.npy                float64, shape (1,) (absent: no RoPE); RoPE rotate-half is applied
                                    to each head's q and k after the projection, positions
                                    0 ... L-1 (each batch item from 0)
-      causal.npy                   0-d bool True for a causal mask
-      window.npy                   0-d int64 W for a causal sliding window (0 <= i - j < W)
+      causal.npy                   bool True, shape (1,), for a causal mask
+      window.npy                   int64 W, shape (1,) for a causal sliding window (0 <= i - j < W)
       mask.npy                     (L, L) bool, the mask that was used (absent: no mask)
       out.npy                      like x: the heads' outputs side by side, times W_O
       weights.npy                  (heads, L, L) or (batch, heads, L, L), in float64 from the
@@ -110,6 +110,7 @@ def save(case_dir: Path, **arrays):
     for name, value in arrays.items():
         if isinstance(value, torch.Tensor):
             value = value.detach().cpu().numpy()
+        # np.ascontiguousarray returns at least one axis: a scalar is saved with shape (1,).
         np.save(case_dir / f"{name}.npy", np.ascontiguousarray(value))
 
 

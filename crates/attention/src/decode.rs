@@ -24,8 +24,8 @@
 //! one projection and `n` scores. What it costs: `2 · layers · G · d_head` numbers of memory
 //! per token ([`kv_cache_bytes_per_token`]).
 //!
-//! Anchors (below the doc comments): `kv_cache`, `kv_append`, `decode_step`, `decode`,
-//! `token_cost`, `cache_bytes`.
+//! Anchors (below the doc comments): `kv_cache`, `kv_new`, `kv_append`, `kv_check`,
+//! `kv_views`, `new_cache`, `decode_step`, `decode`, `token_cost`, `cache_bytes`.
 
 use ndarray::{Array2, Array3, ArrayRef1, ArrayRef2, ArrayView3, Axis, Ix1, Ix2, s};
 
@@ -75,9 +75,11 @@ impl<A: Float> KvCache<A> {
     ///     "KV cache has capacity = 0: it must be at least 1"
     /// );
     /// ```
+    // ANCHOR: kv_new
     pub fn new(kv_heads: usize, d_head: usize, capacity: usize) -> Result<Self> {
         KvCache::with_slots(kv_heads, d_head, capacity, None)
     }
+    // ANCHOR_END: kv_new
 
     /// An empty cache that keeps the last `window` tokens (`W`, counting the newest), for the
     /// sliding-window mask [`Mask::sliding_window`](crate::mask::Mask::sliding_window). It
@@ -96,14 +98,17 @@ impl<A: Float> KvCache<A> {
     /// assert_eq!(cache.positions(), [3, 4, 2]); // slot p mod 3 holds position p
     /// assert_eq!(KvCache::<f64>::windowed(1, 2, 0), Err(AttentionError::ZeroWindow));
     /// ```
+    // ANCHOR: kv_new
     pub fn windowed(kv_heads: usize, d_head: usize, window: usize) -> Result<Self> {
         if window == 0 {
             return Err(AttentionError::ZeroWindow);
         }
         KvCache::with_slots(kv_heads, d_head, window, Some(window))
     }
+    // ANCHOR_END: kv_new
 
     /// The shared constructor: zeroed `(G, slots, d_head)` keys and values.
+    // ANCHOR: kv_new
     fn with_slots(
         kv_heads: usize,
         d_head: usize,
@@ -118,6 +123,7 @@ impl<A: Float> KvCache<A> {
         let keys = Array3::zeros((kv_heads, slots, d_head));
         Ok(KvCache { values: keys.clone(), keys, len: 0, position: 0, window })
     }
+    // ANCHOR_END: kv_new
 
     /// Adds one token's key and value, `k, v: (G, d_head)`, at position
     /// [`position`](KvCache::position). A full cache refuses it; a windowed one overwrites
@@ -161,6 +167,7 @@ impl<A: Float> KvCache<A> {
     // ANCHOR_END: kv_append
 
     /// Checks that a key or value has the cache's shape `(G, d_head)`.
+    // ANCHOR: kv_check
     fn check(&self, name: &str, shape: &[usize]) -> Result<()> {
         let (kv_heads, _, d_head) = self.keys.dim();
         if shape != [kv_heads, d_head] {
@@ -170,6 +177,7 @@ impl<A: Float> KvCache<A> {
         }
         Ok(())
     }
+    // ANCHOR_END: kv_check
 
     /// The cached keys, `(G, len, d_head)`, in slot order (see [`KvCache::positions`]).
     ///
@@ -181,9 +189,11 @@ impl<A: Float> KvCache<A> {
     /// cache.append(&Array2::ones((1, 2)), &Array2::zeros((1, 2))).unwrap();
     /// assert_eq!(cache.keys().sum(), 2.0);
     /// ```
+    // ANCHOR: kv_views
     pub fn keys(&self) -> ArrayView3<'_, A> {
         self.keys.slice(s![.., ..self.len, ..])
     }
+    // ANCHOR_END: kv_views
 
     /// The cached values, `(G, len, d_head)`, in the same order as the keys.
     ///
@@ -195,9 +205,11 @@ impl<A: Float> KvCache<A> {
     /// cache.append(&Array2::ones((1, 2)), &Array2::zeros((1, 2))).unwrap();
     /// assert_eq!(cache.values().dim(), (1, 1, 2));
     /// ```
+    // ANCHOR: kv_views
     pub fn values(&self) -> ArrayView3<'_, A> {
         self.values.slice(s![.., ..self.len, ..])
     }
+    // ANCHOR_END: kv_views
 
     /// The absolute position of the token in each cached slot, in slot order: `0, 1, …` for
     /// a full cache; for a window, slot `s` holds the one recent position `p` with
@@ -214,11 +226,13 @@ impl<A: Float> KvCache<A> {
     /// }
     /// assert_eq!(cache.positions(), [2, 1]);
     /// ```
+    // ANCHOR: kv_views
     pub fn positions(&self) -> Vec<usize> {
         let slots = self.keys.shape()[1];
         let first = self.position - self.len; // the oldest cached position
         (0..self.len).map(|s| first + (s + slots - first % slots) % slots).collect()
     }
+    // ANCHOR_END: kv_views
 
     /// How many tokens are cached (at most the capacity, or `W`).
     ///
@@ -227,9 +241,11 @@ impl<A: Float> KvCache<A> {
     ///
     /// assert_eq!(KvCache::<f64>::new(1, 2, 4).unwrap().len(), 0);
     /// ```
+    // ANCHOR: kv_views
     pub fn len(&self) -> usize {
         self.len
     }
+    // ANCHOR_END: kv_views
 
     /// Whether no token has been cached yet.
     ///
@@ -255,9 +271,11 @@ impl<A: Float> KvCache<A> {
     /// cache.append(&kv, &kv).unwrap();
     /// assert_eq!((cache.position(), cache.len()), (2, 1));
     /// ```
+    // ANCHOR: kv_views
     pub fn position(&self) -> usize {
         self.position
     }
+    // ANCHOR_END: kv_views
 
     /// The number of slots: the capacity of a full cache, `W` for a windowed one.
     ///
@@ -307,12 +325,14 @@ impl<A: Float> GroupedQueryAttention<A> {
     /// let cache = gqa.new_cache(100, Some(16)).unwrap();
     /// assert_eq!(cache.slots(), 16);
     /// ```
+    // ANCHOR: new_cache
     pub fn new_cache(&self, capacity: usize, window: Option<usize>) -> Result<KvCache<A>> {
         match window {
             Some(w) => KvCache::windowed(self.kv_heads(), self.d_head(), w),
             None => KvCache::new(self.kv_heads(), self.d_head(), capacity),
         }
     }
+    // ANCHOR_END: new_cache
 
     /// One decoding step: the new token `x: (d_model,)`, at position `cache.position()`,
     /// is projected, its key and value go into the cache, and its query attends over every

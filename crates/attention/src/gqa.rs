@@ -14,8 +14,9 @@
 //! [`with_rope`](GroupedQueryAttention::with_rope), every head's queries and keys are rotated
 //! by RoPE ([`Rope`]) after the projection, each row at its token's absolute position.
 //!
-//! Anchors (below the doc comments): `group_size`, `repeat_kv`, `sdpa_gqa`, `gqa_struct`,
-//! `gqa_new`, `gqa_project`, `gqa_forward`.
+//! Anchors (below the doc comments): `group_size`, `repeat_kv`, `sdpa_gqa`,
+//! `sdpa_gqa_helpers`, `gqa_struct`, `gqa_new`, `gqa_project`, `gqa_combine`, `gqa_forward`,
+//! `gqa_sizes`.
 
 use ndarray::{Array2, Array3, Array4, ArrayRef2, ArrayRef3, Axis, Ix2, Ix3, s};
 use rand::Rng;
@@ -125,6 +126,7 @@ pub fn sdpa_gqa<A: Float>(
 
 /// Checks that `q: (H, ...)`, `k` and `v: (G, ...)` have heads and that `G` divides `H`;
 /// returns `H / G`. (The other axes are checked by [`sdpa_batched`].)
+// ANCHOR: sdpa_gqa_helpers
 fn check_heads(q: &[usize], k: &[usize], v: &[usize]) -> Result<usize> {
     if q[0] == 0 {
         return Err(AttentionError::Empty { what: "q".into(), dim: "H" });
@@ -132,10 +134,12 @@ fn check_heads(q: &[usize], k: &[usize], v: &[usize]) -> Result<usize> {
     same_lead("k", &k[..1], "v", &v[..1])?;
     group_size(q[0], k[0])
 }
+// ANCHOR_END: sdpa_gqa_helpers
 
 /// A mask that broadcasts to the scores `(H, L_q, L_k)`, stacked like the queries in
 /// [`sdpa_gqa`]: `(G, group·L_q, L_k)`, or `(group·L_q, L_k)` when every head has the same
 /// mask (it then broadcasts over the `G` stacks).
+// ANCHOR: sdpa_gqa_helpers
 fn stack_mask(mask: &Mask, scores: (usize, usize, usize), kv_heads: usize) -> Result<Mask> {
     let (heads, l_q, l_k) = scores;
     let group = heads / kv_heads;
@@ -153,6 +157,7 @@ fn stack_mask(mask: &Mask, scores: (usize, usize, usize), kv_heads: usize) -> Re
     let stacked = full.to_shape((kv_heads, group * l_q, l_k)).expect("H = G·group");
     Mask::from_array(stacked.into_owned())
 }
+// ANCHOR_END: sdpa_gqa_helpers
 
 /// Grouped-query attention: `H` query heads, `G` key/value heads (`G` divides `H`),
 /// `W_Q, W_O: (d_model, d_model)` and `W_K, W_V: (d_model, G·d_head)` with
@@ -349,9 +354,11 @@ impl<A: Float> GroupedQueryAttention<A> {
     /// let gqa = GroupedQueryAttention::<f64>::random(8, 4, 2, rng).unwrap();
     /// assert_eq!(gqa.combine(&Array3::zeros((4, 3, 2))).unwrap().dim(), (3, 8));
     /// ```
+    // ANCHOR: gqa_combine
     pub fn combine(&self, heads_output: &ArrayRef3<A>) -> Result<Array2<A>> {
         self.w_o.apply(&merge_heads(heads_output)?)
     }
+    // ANCHOR_END: gqa_combine
 
     /// Grouped-query self-attention over `x: (L, d_model)`; the mask broadcasts to `(L, L)`
     /// or `(H, L, L)`. Weights `(H, L, L)`.
@@ -424,9 +431,11 @@ impl<A: Float> GroupedQueryAttention<A> {
     /// let rng = &mut StdRng::seed_from_u64(0);
     /// assert_eq!(GroupedQueryAttention::<f64>::random(8, 4, 2, rng).unwrap().heads(), 4);
     /// ```
+    // ANCHOR: gqa_sizes
     pub fn heads(&self) -> usize {
         self.heads
     }
+    // ANCHOR_END: gqa_sizes
 
     /// The number of key/value heads, `G`.
     ///
@@ -437,9 +446,11 @@ impl<A: Float> GroupedQueryAttention<A> {
     /// let rng = &mut StdRng::seed_from_u64(0);
     /// assert_eq!(GroupedQueryAttention::<f64>::random(8, 4, 2, rng).unwrap().kv_heads(), 2);
     /// ```
+    // ANCHOR: gqa_sizes
     pub fn kv_heads(&self) -> usize {
         self.kv_heads
     }
+    // ANCHOR_END: gqa_sizes
 
     /// The width of one head, `d_head = d_model / H` (queries, keys and values alike).
     ///
@@ -450,9 +461,11 @@ impl<A: Float> GroupedQueryAttention<A> {
     /// let rng = &mut StdRng::seed_from_u64(0);
     /// assert_eq!(GroupedQueryAttention::<f64>::random(8, 4, 2, rng).unwrap().d_head(), 2);
     /// ```
+    // ANCHOR: gqa_sizes
     pub fn d_head(&self) -> usize {
         self.d_model() / self.heads
     }
+    // ANCHOR_END: gqa_sizes
 
     /// The model width `d_model`.
     ///
@@ -463,9 +476,11 @@ impl<A: Float> GroupedQueryAttention<A> {
     /// let rng = &mut StdRng::seed_from_u64(0);
     /// assert_eq!(GroupedQueryAttention::<f64>::random(8, 4, 2, rng).unwrap().d_model(), 8);
     /// ```
+    // ANCHOR: gqa_sizes
     pub fn d_model(&self) -> usize {
         self.w_q.d_in()
     }
+    // ANCHOR_END: gqa_sizes
 
     /// The number of learnable numbers, `2·d_model² + 2·d_model·G·d_head`.
     ///

@@ -11,7 +11,7 @@
 //! every matrix of a `(batch, L_q, L_k)` stack, a `(batch, 1, L_q, L_k)` mask to every head.
 //!
 //! Anchors (below the doc comments): `mask`, `padding`, `apply_mask`, `to_additive` (chapter
-//! *Masking*) and `sliding_window` (chapter *Generating one token at a time*).
+//! *Masking*) and `sliding_window`, `as_array` (chapter *Generating one token at a time*).
 
 use ndarray::{Array, Array2, Array3, ArrayD, ArrayViewD, Axis, Dimension, IxDyn, Zip};
 
@@ -239,9 +239,11 @@ impl Mask {
     ///
     /// assert_eq!(Mask::causal(3).as_array().iter().filter(|&&ok| ok).count(), 6);
     /// ```
+    // ANCHOR: as_array
     pub fn as_array(&self) -> ArrayViewD<'_, bool> {
         self.allowed.view()
     }
+    // ANCHOR_END: as_array
 
     /// The additive form: 0 where attending is allowed, −∞ where it is blocked. Adding it to
     /// the scores has the same effect as [`Mask::apply`].

@@ -36,6 +36,7 @@ pub mod ch06;
 pub mod ch07;
 pub mod ch08;
 pub mod ch09;
+pub mod ch10;
 
 #[cfg(test)]
 mod attempts;

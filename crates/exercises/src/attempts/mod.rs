@@ -16,3 +16,4 @@ mod ch06;
 mod ch07;
 mod ch08;
 mod ch09;
+mod ch10;
