@@ -1,6 +1,7 @@
 //! Chapter 10, *Generating one token at a time*: key/value heads shared by groups of query
 //! heads, the size of a KV cache, and which positions a windowed cache holds.
 
+use attention::gqa::group_size;
 use attention::multihead::head_width;
 use attention::{AttentionError, Result};
 use ndarray::{Array2, ArrayRef2};
@@ -30,10 +31,7 @@ pub fn pool_kv_heads(
     kv_heads: usize,
 ) -> Result<Array2<f64>> {
     let d_head = head_width(w.ncols(), heads)?;
-    if kv_heads == 0 || !heads.is_multiple_of(kv_heads) {
-        return Err(AttentionError::KvHeads { heads, kv_heads });
-    }
-    let group = heads / kv_heads; // the query heads that share one key/value head
+    let group = group_size(heads, kv_heads)?; // the query heads that share one key/value head
     Ok(Array2::from_shape_fn((w.nrows(), kv_heads * d_head), |(r, c)| {
         let (j, col) = (c / d_head, c % d_head);
         let members = (j * group..(j + 1) * group).map(|h| w[[r, h * d_head + col]]);
@@ -270,10 +268,7 @@ mod tests {
     ) -> impl Fn(&ArrayRef2<f64>, usize, usize) -> Result<Array2<f64>> {
         move |w, heads, kv_heads| {
             let d = head_width(w.ncols(), heads)?;
-            if kv_heads == 0 || !heads.is_multiple_of(kv_heads) {
-                return Err(AttentionError::KvHeads { heads, kv_heads });
-            }
-            let group = heads / kv_heads;
+            let group = group_size(heads, kv_heads)?;
             Ok(Array2::from_shape_fn((w.nrows(), kv_heads * d), |(r, c)| {
                 let (j, col) = (c / d, c % d);
                 let values: Vec<f64> = (0..group)
