@@ -81,12 +81,12 @@ pub fn alibi_slopes(heads: usize) -> Vec<f64> {
         let start = 2f64.powf(-8.0 / n as f64);
         (1..=n).map(|h| start.powi(h as i32)).collect()
     }
-    if heads == 0 || heads.is_power_of_two() {
-        return if heads == 0 { Vec::new() } else { power_of_two(heads) };
+    if heads == 0 {
+        return Vec::new();
     }
-    let below = 1 << heads.ilog2(); // the largest power of two below `heads`
-    let mut slopes = power_of_two(below);
-    slopes.extend(power_of_two(2 * below).into_iter().step_by(2).take(heads - below));
+    let p = 1 << heads.ilog2(); // the largest power of two ≤ `heads`: all of it, if it is one
+    let mut slopes = power_of_two(p);
+    slopes.extend(power_of_two(2 * p).into_iter().step_by(2).take(heads - p));
     slopes
 }
 // ANCHOR_END: alibi_slopes
