@@ -239,9 +239,10 @@ fn layer<A: Float>(
 ) -> Result<GroupedQueryAttention<A>, Failure> {
     let x_shown = cli.x.display();
     let (heads, kv_heads) = (plan.heads, plan.kv_heads);
-    let d_head = head_width(d_model, heads).map_err(|e| {
+    let in_x = |e: AttentionError| {
         Failure::Data(format!("{x_shown}: {e} (d_model is the last axis of X)"))
-    })?;
+    };
+    let d_head = head_width(d_model, heads).map_err(in_x)?;
     let kv_width = kv_heads * d_head;
     let mut matrices: Vec<Array2<A>> = Vec::new();
     for ((path, w), width) in [&cli.wq, &cli.wk, &cli.wv, &cli.wo]
@@ -271,9 +272,6 @@ fn layer<A: Float>(
         matrices.push(w.into_dimensionality::<Ix2>().expect("checked: 2 axes"));
     }
     let [w_q, w_k, w_v, w_o]: [Array2<A>; 4] = matrices.try_into().expect("four matrices");
-    let in_x = |e: AttentionError| {
-        Failure::Data(format!("{x_shown}: {e} (d_model is the last axis of X)"))
-    };
     let layer =
         GroupedQueryAttention::new(w_q, w_k, w_v, w_o, heads, kv_heads).map_err(in_x)?;
     let Some(base) = plan.rope_base else {
