@@ -33,7 +33,7 @@ use attention::mask::Mask;
 use attention::multihead::{MultiHeadAttention, MultiHeadOutput};
 use attention::rope::{Rope, RopeLayout};
 use figures::{Axis, Heatmap, HeatmapGrid, LineChart, Panel, ValueRange};
-use ndarray::{Array2, Array3, Axis as Ax, s};
+use ndarray::{Array2, Axis as Ax, s};
 use rand::{Rng, SeedableRng, rngs::StdRng};
 
 /// The sentence generated token by token in the first figure.
@@ -432,13 +432,10 @@ fn size_report(out: &mut String) -> Result<(), Box<dyn Error>> {
     Ok(())
 }
 
-/// The weights of head [`SHOWN_HEAD`] decoded up to step `t`: rows `0..=t` from the steps,
-/// every other cell (a future query, or a key not in the cache) marked.
-fn generated_so_far(weights: &Array3<f64>, t: usize) -> (Array2<f64>, Array2<bool>) {
-    let w = weights.index_axis(Ax(0), SHOWN_HEAD);
-    let l = w.nrows();
-    let shown = Array2::from_shape_fn((l, l), |(i, j)| i <= t && j <= i);
-    (w.to_owned(), shown)
+/// The cells of an `(L, L)` weight matrix decoded up to step `t`: rows `0..=t` from the
+/// steps; every other cell (a future query, or a key not in the cache) is to be marked.
+fn generated_so_far(l: usize, t: usize) -> Array2<bool> {
+    Array2::from_shape_fn((l, l), |(i, j)| i <= t && j <= i)
 }
 
 /// Draws this chapter's figures and writes its report into `out_dir`; returns the files written.
@@ -448,11 +445,12 @@ pub fn render_figures(out_dir: &Path) -> Result<Vec<PathBuf>, Box<dyn Error>> {
     // (a) Watch it generate: the weights of one head, one more row per step.
     let (tokens, x, layer) = setup(SENTENCE)?;
     let MultiHeadOutput { weights, .. } = layer.decode(&x, None)?;
+    let w = weights.index_axis(Ax(0), SHOWN_HEAD);
     let mut grid = HeatmapGrid::new().title(format!(
         "Decoding through the KV cache: head {SHOWN_HEAD}, one new query row per step"
     ));
     for (t, token) in tokens.iter().enumerate() {
-        let (w, shown) = generated_so_far(&weights, t);
+        let shown = generated_so_far(w.nrows(), t);
         let keys = if t == 0 { "1 key".to_string() } else { format!("{} keys", t + 1) };
         let title = format!("step {t}: \"{token}\", {keys}");
         grid = grid.panel(Panel::new(&w).title(title).labels(&tokens).allowed(&shown));
