@@ -30,7 +30,7 @@ use ndarray::{Array, Array2};
 use ndarray_npy::write_npy;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use support::{files, fixture};
+use support::{files, fixture, layer_args};
 use tempfile::TempDir;
 
 /// The environment variable that gives a child a hook between two outputs:
@@ -202,12 +202,9 @@ fn exit_codes_and_streams() {
     // multihead's Part II options: usage errors found after parsing (a mask file with
     // --decode, G not dividing H) and by the parsers (W = 0, a base of 1) all end the same way,
     // and nothing is written.
-    let mha = |file: &str| fixture("mha", "f64_d8_h2_batch3_L6_padding", file);
-    let mask = mha("mask.npy");
-    let mut layer = vec!["--x".to_string(), mha("x_q.npy")];
-    for (flag, file) in [("--wq", "w_q"), ("--wk", "w_k"), ("--wv", "w_v"), ("--wo", "w_o")] {
-        layer.extend([flag.to_string(), mha(&format!("{file}.npy"))]);
-    }
+    let case = "f64_d8_h2_batch3_L6_padding";
+    let mask = fixture("mha", case, "mask.npy");
+    let mut layer = layer_args("mha", case, "x_q.npy");
     let mh_out = path_in(&dir, "multihead.npy");
     layer.extend([
         "--heads".to_string(),

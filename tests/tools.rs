@@ -16,7 +16,7 @@ use std::path::Path;
 use ndarray::{Array, ArrayD, Dimension, IxDyn};
 use ndarray_npy::{read_npy, write_npy};
 use reader_tools::{Failure, attend, multihead};
-use support::{files, fixture};
+use support::{files, fixture, layer_args};
 use tempfile::TempDir;
 
 type Run = fn(Vec<OsString>) -> Result<String, Failure>;
@@ -79,12 +79,7 @@ fn qkv_masked(case: &str, mask: Option<&str>) -> Vec<String> {
 
 /// The x and weight arguments of an MHA fixture case.
 fn x_and_weights(case: &str) -> Vec<String> {
-    let mut list = vec!["--x".to_string(), fixture("mha", case, "x_q.npy")];
-    for (flag, file) in [("--wq", "w_q"), ("--wk", "w_k"), ("--wv", "w_v"), ("--wo", "w_o")] {
-        list.push(flag.to_string());
-        list.push(fixture("mha", case, &format!("{file}.npy")));
-    }
-    list
+    layer_args("mha", case, "x_q.npy")
 }
 
 #[test]
@@ -1573,12 +1568,7 @@ fn gqa_cases() -> Vec<(String, Vec<String>, bool)> {
             let file = |name: &str| fixture("gqa", &case, name);
             let has = |name: &str| Path::new(&file(name)).exists();
             let int = |name: &str| scalar::<i64>(&file(name));
-            let mut list = vec!["--x".to_string(), file("x.npy")];
-            for (flag, name) in
-                [("--wq", "w_q"), ("--wk", "w_k"), ("--wv", "w_v"), ("--wo", "w_o")]
-            {
-                list.extend([flag.to_string(), file(&format!("{name}.npy"))]);
-            }
+            let mut list = layer_args("gqa", &case, "x.npy");
             list.extend(args(&["--heads", &int("heads.npy").to_string()]));
             list.extend(args(&["--kv-heads", &int("kv_heads.npy").to_string()]));
             if has("rope_base.npy") {

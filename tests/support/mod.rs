@@ -13,6 +13,16 @@ pub fn fixture(kind: &str, case: &str, file: &str) -> String {
         .into_owned()
 }
 
+/// The `--x` and `--wq` … `--wo` arguments of a layer fixture case: its `x_file` and its
+/// `w_q.npy` … `w_o.npy`, e.g. `layer_args("mha", "f64_d12_h3_L6_causal", "x_q.npy")`.
+pub fn layer_args(kind: &str, case: &str, x_file: &str) -> Vec<String> {
+    let mut list = vec!["--x".to_string(), fixture(kind, case, x_file)];
+    for (flag, file) in [("--wq", "w_q"), ("--wk", "w_k"), ("--wv", "w_v"), ("--wo", "w_o")] {
+        list.extend([flag.to_string(), fixture(kind, case, &format!("{file}.npy"))]);
+    }
+    list
+}
+
 /// Every file of a directory (hidden ones too) with its bytes, sorted by name: two snapshots
 /// are equal when no file was added, removed or changed, temporary files included.
 pub fn files(dir: &Path) -> Vec<(String, Vec<u8>)> {
