@@ -381,11 +381,16 @@ fn sliding_window_matches_pytorch_f32() {
     assert_eq!(check_window_cases::<f32>("f32", F32_TOLERANCE), 4, "expected 4 f32 cases");
 }
 
+/// The sliding window `W` of a case, from its `window.npy`; `None` without one.
+fn case_window(dir: &Path) -> Option<usize> {
+    dir.join("window.npy").exists().then(|| scalar::<i64>(dir, "window") as usize)
+}
+
 /// The mask a case used, built by the crate: `Mask::causal` or `Mask::sliding_window` as the
 /// case's `causal.npy` / `window.npy` say, checked against its `mask.npy`; `None` without one.
 fn case_mask(dir: &Path, len: usize) -> Option<Mask> {
-    let mask = if dir.join("window.npy").exists() {
-        Mask::sliding_window(len, scalar::<i64>(dir, "window") as usize).unwrap()
+    let mask = if let Some(window) = case_window(dir) {
+        Mask::sliding_window(len, window).unwrap()
     } else if dir.join("causal.npy").exists() || dir.join("mask.npy").exists() {
         Mask::causal(len)
     } else {
@@ -453,9 +458,7 @@ fn check_gqa_layer_cases<A: Float + ReadableElement>(dtype: &str, tolerance: f64
             let out = layer.forward(&x, mask.as_ref()).unwrap();
             results.push(("", out.output.into_dyn(), out.weights.into_dyn()));
             if mask.is_some() {
-                let window =
-                    dir.join("window.npy").exists().then(|| scalar::<i64>(dir, "window"));
-                let decoded = layer.decode(&x, window.map(|w| w as usize)).unwrap();
+                let decoded = layer.decode(&x, case_window(dir)).unwrap();
                 results.push((
                     "decoded ",
                     decoded.output.into_dyn(),
