@@ -64,6 +64,7 @@ Layout (every file is a NumPy .npy written by numpy.save):
   tests/fixtures/sdpa_gqa/<case>/  grouped-query SDPA: H query heads, G key/value heads
       q.npy k.npy v.npy            (H, L_q, d_k), (G, L_k, d_k), (G, L_k, d_v)
       mask.npy                     (L_q, L_k) bool (absent: no mask)
+      causal.npy                   bool True, shape (1,), when mask.npy is the causal mask
       window.npy                   int64 W, shape (1,) when mask.npy is a sliding window
       out.npy                      SDPA with enable_gqa=True
       out_repeat.npy               plain SDPA on k, v repeat_interleave'd to H heads (kv head
@@ -340,26 +341,30 @@ def window_case(name, dtype, lead, length, d_k, d_v, window, gen):
     )
 
 
+def case_mask(mask_kind, l_q, l_k):
+    """The bool mask of a case's kind (None, "causal" or ("window", W)) and the files that
+    record it: mask.npy, plus causal.npy or window.npy."""
+    if mask_kind is None:
+        return None, {}
+    if mask_kind == "causal":
+        mask = torch.ones(l_q, l_k, dtype=torch.bool).tril()
+        return mask, dict(mask=mask, causal=np.array(True))
+    mask = sliding_window(l_q, mask_kind[1])  # ("window", W)
+    return mask, dict(mask=mask, window=np.array(mask_kind[1], dtype=np.int64))
+
+
 def sdpa_gqa_case(name, dtype, heads, kv_heads, l_q, l_k, d_k, d_v, mask_kind, gen):
     dt = DTYPES[dtype]
     q = torch.randn(heads, l_q, d_k, generator=gen, dtype=torch.float64).to(dt)
     k = torch.randn(kv_heads, l_k, d_k, generator=gen, dtype=torch.float64).to(dt)
     v = torch.randn(kv_heads, l_k, d_v, generator=gen, dtype=torch.float64).to(dt)
-    arrays = {}
-    mask = None
-    if mask_kind == "causal":
-        mask = torch.ones(l_q, l_k, dtype=torch.bool).tril()
-    elif mask_kind is not None:  # ("window", W)
-        mask = sliding_window(l_q, mask_kind[1])
-        arrays["window"] = np.array(mask_kind[1], dtype=np.int64)
+    mask, arrays = case_mask(mask_kind, l_q, l_k)
     out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)
     group = heads // kv_heads
     k_rep, v_rep = k.repeat_interleave(group, dim=-3), v.repeat_interleave(group, dim=-3)
     out_repeat = F.scaled_dot_product_attention(q, k_rep, v_rep, attn_mask=mask)
     assert torch.allclose(out, out_repeat, rtol=0, atol=1e-6 if dtype == "f32" else 1e-14)
     weights = reference_weights(q, k_rep, mask, causal=False).to(dt)
-    if mask is not None:
-        arrays["mask"] = mask
     save(
         ROOT / "sdpa_gqa" / f"{dtype}_{name}",
         q=q,
@@ -405,17 +410,9 @@ def gqa_case(name, dtype, d_model, heads, kv_heads, length, batch, rope_base, ma
     w_q, w_k, w_v, w_o = (weight(d_model), weight(kv_heads * d_head),
                           weight(kv_heads * d_head), weight(d_model))
     x = torch.randn(*lead, length, d_model, generator=gen, dtype=torch.float64).to(dt)
-    arrays = dict(heads=np.array(heads, dtype=np.int64),
+    mask, arrays = case_mask(mask_kind, length, length)
+    arrays.update(heads=np.array(heads, dtype=np.int64),
                   kv_heads=np.array(kv_heads, dtype=np.int64))
-    mask = None
-    if mask_kind == "causal":
-        mask = torch.ones(length, length, dtype=torch.bool).tril()
-        arrays["causal"] = np.array(True)
-    elif mask_kind is not None:  # ("window", W)
-        mask = sliding_window(length, mask_kind[1])
-        arrays["window"] = np.array(mask_kind[1], dtype=np.int64)
-    if mask is not None:
-        arrays["mask"] = mask
     if rope_base is not None:
         arrays["rope_base"] = np.array(rope_base, dtype=np.float64)
     args = (x, w_q, w_k, w_v, w_o, heads, kv_heads, rope_base, mask)
