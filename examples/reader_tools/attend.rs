@@ -14,7 +14,7 @@ use ndarray_npy::WritableElement;
 
 use super::outputs::{Named, Outputs, check_distinct};
 use super::{
-    Failure, MaskArg, Picture, Tensor, Written, at_least_one, explain, load_bool, same_dtype,
+    Failure, MaskArg, Picture, Tensor, Written, after_help, at_least_one, explain, load_bool, same_dtype,
     shape_text, usage, wrote,
 };
 
@@ -34,12 +34,11 @@ pub const TILED_FROM: usize = 256 * 256;
 #[command(
     name = "attend",
     version,
-    after_help = "Example (from the repository root):\n  \
+    after_help = after_help(
+        "Example (from the repository root):\n  \
         cargo run --release --example attend -- --q q.npy --k k.npy --v v.npy --mask causal \\\n      \
-        --out out.npy --weights w.npy --png w.png --labels \"my,name,is,Aj\"\n\n\
-        Exit codes: 0 done; 1 bad data (a file missing, malformed, of the wrong dtype or shape, \
-        or not writable); 2 bad usage (options); 128 + N interrupted by signal N while writing.\n\
-        A failed run changes no file. Reference: Appendix C of the book."
+        --out out.npy --weights w.npy --png w.png --labels \"my,name,is,Aj\""
+    )
 )]
 pub struct Cli {
     /// Queries: (L_q, d_k), (batch, L_q, d_k) or (batch, heads, L_q, d_k)

@@ -102,6 +102,15 @@ pub fn report(result: Result<String, Failure>) -> i32 {
     }
 }
 
+/// The end of both tools' `--help`: their `examples`, then the exit codes they share.
+pub fn after_help(examples: &str) -> String {
+    format!(
+        "{examples}\n\nExit codes: 0 done; 1 bad data (a file missing, malformed, of the wrong \
+         dtype or shape, or not writable); 2 bad usage (options); 128 + N interrupted by signal N \
+         while writing.\nA failed run changes no file. Reference: Appendix C of the book."
+    )
+}
+
 /// A usage error found after parsing (options that conflict, an output that is an input),
 /// in clap's standard form for the tool `C`.
 pub fn usage<C: CommandFactory>(kind: ErrorKind, message: impl std::fmt::Display) -> Failure {

@@ -15,7 +15,7 @@ use ndarray_npy::WritableElement;
 
 use super::outputs::{Named, Outputs, check_distinct};
 use super::{
-    Failure, MaskArg, Picture, Tensor, Written, at_least_one, explain, load_bool, same_dtype,
+    Failure, MaskArg, Picture, Tensor, Written, after_help, at_least_one, explain, load_bool, same_dtype,
     shape_text, usage, wrote,
 };
 
@@ -33,7 +33,8 @@ use super::{
 #[command(
     name = "multihead",
     version,
-    after_help = "Example (from the repository root):\n  \
+    after_help = after_help(
+        "Example (from the repository root):\n  \
         F=tests/fixtures/mha/f64_d12_h3_L6_causal\n  \
         cargo run --release --example multihead -- --x $F/x_q.npy --wq $F/w_q.npy \\\n      \
         --wk $F/w_k.npy --wv $F/w_v.npy --wo $F/w_o.npy --heads 3 --mask causal \\\n      \
@@ -42,10 +43,8 @@ use super::{
         G=tests/fixtures/gqa/f64_d16_h4_g2_L8_window3_rope100\n  \
         cargo run --release --example multihead -- --x $G/x.npy --wq $G/w_q.npy \\\n      \
         --wk $G/w_k.npy --wv $G/w_v.npy --wo $G/w_o.npy --heads 4 --kv-heads 2 --rope \\\n      \
-        --rope-base 100 --mask window:3 --decode --out out.npy --weights w.npy\n\n\
-        Exit codes: 0 done; 1 bad data (a file missing, malformed, of the wrong dtype or shape, \
-        or not writable); 2 bad usage (options); 128 + N interrupted by signal N while writing.\n\
-        A failed run changes no file. Reference: Appendix C of the book."
+        --rope-base 100 --mask window:3 --decode --out out.npy --weights w.npy"
+    )
 )]
 pub struct Cli {
     /// The tokens: (L, d_model) or (batch, L, d_model)
