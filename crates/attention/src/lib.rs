@@ -53,6 +53,7 @@ mod batched;
 pub mod decode;
 pub mod embeddings;
 pub mod error;
+pub mod exact;
 pub mod float;
 pub mod gqa;
 pub mod mask;
