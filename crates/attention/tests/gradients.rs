@@ -4,25 +4,30 @@
 //! derivative by about `h²·ℓ'''/6` (truncation, about `1e-13` here) plus the rounding error
 //! of `ℓ` divided by `2h` (a few units of `1e-16·Σ|terms of ℓ|`, divided by `2·10⁻⁶`). With
 //! `h = 1e-6·max(1, |x|)`, inputs of size about 1 and these small shapes, the largest
-//! `|backward − finite difference|` measured over 3000 proptest cases was `1.0e-9`
-//! (softmax) and `2.4e-9` (SDPA) (`cargo test --release -p attention
-//! --test gradients -- --nocapture` prints each case's). Each gradient entry `a` is compared
-//! with its finite difference `b` as `|a − b| ≤ atol + rtol·|b|`, `rtol = 1e-6` and
-//! `atol = 1e-8` (`ATOL`, a margin of 4 over the worst noise measured), so entries that are
-//! exactly 0 (masked keys, queries that see nothing) are held to the absolute part alone.
-//! Entries that must be 0 are also checked to be exactly 0.
+//! `|backward − finite difference|` measured over 3000 proptest cases each was `1.0e-9`
+//! (softmax), `2.4e-9` (SDPA) and `4.2e-9` (the layer, whose loss goes through more
+//! products); `cargo test --release -p attention --test gradients -- --nocapture` prints
+//! each case's. Each gradient entry `a` is compared with its finite difference `b` as
+//! `|a − b| ≤ atol + rtol·|b|` with `rtol = 1e-6` and `atol` = [`ATOL`] `= 1e-8`
+//! ([`ATOL_LAYER`] `= 2e-8` for the layer), about 4 times the worst noise measured. Entries
+//! that are exactly 0 (masked keys, queries that see nothing) are held to the absolute part
+//! alone, and the tests also check that they are exactly 0.
 
 use attention::exact;
-use attention::grad::{SdpaGrads, sdpa_backward, softmax_backward};
+use attention::grad::{LayerGrads, SdpaGrads, sdpa_backward, softmax_backward};
 use attention::mask::Mask;
-use ndarray::{ArrayD, Axis, IxDyn, Zip};
+use attention::multihead::MultiHeadAttention;
+use ndarray::{Array2, Array3, Array4, ArrayD, ArrayRef4, Axis, IxDyn, Zip, s};
 use proptest::prelude::*;
 use rand::{Rng, SeedableRng, rngs::StdRng};
 
 /// The relative tolerance of the issue.
 const RTOL: f64 = 1e-6;
-/// The absolute tolerance: the finite difference's own rounding noise (see the module doc).
+/// The absolute tolerance for softmax and SDPA: about 4 times the finite difference's own
+/// rounding noise (see the module doc).
 const ATOL: f64 = 1e-8;
+/// The absolute tolerance for the layer, whose finite differences are about twice as noisy.
+const ATOL_LAYER: f64 = 2e-8;
 
 /// The central difference of `loss` with respect to every finite entry of `x` (entries that
 /// are ±∞, masked scores, are left at 0: they are constants, not inputs).
@@ -45,12 +50,13 @@ fn finite_differences(x: &ArrayD<f64>, loss: impl Fn(&ArrayD<f64>) -> f64) -> Ar
     grad
 }
 
-/// The first entry where `|a − b| > ATOL + RTOL·|b|`, if any, as a message; also the largest
+/// The first entry where `|a − b| > atol + RTOL·|b|`, if any, as a message; also the largest
 /// `|a − b|` seen.
 fn compare(
     name: &str,
     analytic: &ArrayD<f64>,
     reference: &ArrayD<f64>,
+    atol: f64,
 ) -> (Option<String>, f64) {
     assert_eq!(analytic.shape(), reference.shape(), "{name}");
     let mut worst = 0.0_f64;
@@ -58,7 +64,7 @@ fn compare(
     for ((index, &a), &b) in analytic.indexed_iter().zip(reference.iter()) {
         let diff = (a - b).abs();
         worst = worst.max(diff);
-        if failure.is_none() && (diff.is_nan() || diff > ATOL + RTOL * b.abs()) {
+        if failure.is_none() && (diff.is_nan() || diff > atol + RTOL * b.abs()) {
             failure =
                 Some(format!("{name}{:?}: backward {a:e}, finite difference {b:e}", index));
         }
@@ -171,7 +177,7 @@ fn check_sdpa(
     let fd_v = finite_differences(v, |v| loss(q, k, v));
     let mut worst = 0.0_f64;
     for (name, a, b) in [("d_q", &d_q, &fd_q), ("d_k", &d_k, &fd_k), ("d_v", &d_v, &fd_v)] {
-        let (failure, w) = compare(name, a, b);
+        let (failure, w) = compare(name, a, b, ATOL);
         worst = worst.max(w);
         if failure.is_some() {
             return (failure, worst);
@@ -219,7 +225,7 @@ proptest! {
         let p = exact::softmax(&scores);
         let d_s = softmax_backward(&p, &g).unwrap();
         let fd = finite_differences(&scores, |s| dot(&exact::softmax(s), &g));
-        let (failure, worst) = compare("d_scores", &d_s, &fd);
+        let (failure, worst) = compare("d_scores", &d_s, &fd, ATOL);
         prop_assert!(failure.is_none(), "{}", failure.unwrap());
         // A masked score is a constant: exactly zero gradient.
         Zip::from(&scores).and(&d_s).for_each(|&s, &d| assert!(s.is_finite() || d == 0.0));
@@ -258,8 +264,8 @@ fn the_classic_wrong_softmax_backward_is_rejected() {
     let p = exact::softmax(&scores);
     let fd = finite_differences(&scores, |s| dot(&exact::softmax(s), &g));
     let wrong = &p * &g;
-    assert!(compare("wrong", &wrong, &fd).0.is_some());
-    assert!(compare("right", &softmax_backward(&p, &g).unwrap(), &fd).0.is_none());
+    assert!(compare("wrong", &wrong, &fd, ATOL).0.is_some());
+    assert!(compare("right", &softmax_backward(&p, &g).unwrap(), &fd, ATOL).0.is_none());
 }
 
 #[test]
@@ -271,7 +277,7 @@ fn a_fully_masked_query_row_has_zero_output_and_zero_gradients() {
         random(&[2, 6, 2], &mut rng),
     );
     let mut allowed = ArrayD::from_elem(IxDyn(&[2, 4, 6]), true);
-    allowed.slice_mut(ndarray::s![0, 1, ..]).fill(false);
+    allowed.slice_mut(s![0, 1, ..]).fill(false);
     let mask = Mask::from_array(allowed).unwrap();
     let d_o = random(&[2, 4, 2], &mut rng);
     let (failure, _) = check_sdpa(&q, &k, &v, Some(&mask), &d_o);
@@ -280,8 +286,142 @@ fn a_fully_masked_query_row_has_zero_output_and_zero_gradients() {
     assert_eq!(blind_rows(&att.weights), [vec![0, 1]]);
     // Its dO does not matter: changing it changes no gradient.
     let mut other = d_o.clone();
-    other.slice_mut(ndarray::s![0, 1, ..]).fill(100.0);
+    other.slice_mut(s![0, 1, ..]).fill(100.0);
     let a = sdpa_backward(&q, &k, &v, &att.weights, &d_o).unwrap();
     let b = sdpa_backward(&q, &k, &v, &att.weights, &other).unwrap();
     assert_eq!(a, b);
+}
+
+/// Checks the layer's five gradients against finite differences of `ℓ = Σ Y ∘ dY`, with the
+/// mask and the dropout scales held fixed; returns the first failure and the largest
+/// difference.
+fn check_layer(
+    weights: &[Array2<f64>; 4],
+    heads: usize,
+    x: &Array3<f64>,
+    mask: Option<&Mask>,
+    drop: Option<&ArrayRef4<f64>>,
+    d_y: &Array3<f64>,
+) -> (Option<String>, f64) {
+    let layer = |w: &[Array2<f64>; 4]| {
+        let [w_q, w_k, w_v, w_o] = w.clone();
+        MultiHeadAttention::new(w_q, w_k, w_v, w_o, heads).unwrap()
+    };
+    let loss = |w: &[Array2<f64>; 4], x: &Array3<f64>| {
+        let (y, _) = layer(w).forward_train(x, mask, drop).unwrap();
+        dot(&y.into_dyn(), &d_y.clone().into_dyn())
+    };
+    let mha = layer(weights);
+    let (y, tape) = mha.forward_train(x, mask, drop).unwrap();
+    let grads = mha.backward(&tape, d_y).unwrap();
+    let LayerGrads { d_x, d_w_q, d_w_k, d_w_v, d_w_o } = grads;
+    let d_x_copy = d_x.clone();
+    let fd_x = finite_differences(&x.clone().into_dyn(), |x| {
+        loss(weights, &x.clone().into_dimensionality().unwrap())
+    });
+    let mut worst = 0.0_f64;
+    let (failure, w) = compare("d_x", &d_x.into_dyn(), &fd_x, ATOL_LAYER);
+    worst = worst.max(w);
+    if failure.is_some() {
+        return (failure, worst);
+    }
+    let names = ["d_w_q", "d_w_k", "d_w_v", "d_w_o"];
+    for (i, analytic) in [d_w_q, d_w_k, d_w_v, d_w_o].into_iter().enumerate() {
+        let fd = finite_differences(&weights[i].clone().into_dyn(), |w| {
+            let mut moved = weights.clone();
+            moved[i] = w.clone().into_dimensionality().unwrap();
+            loss(&moved, x)
+        });
+        let (failure, w) = compare(names[i], &analytic.into_dyn(), &fd, ATOL_LAYER);
+        worst = worst.max(w);
+        if failure.is_some() {
+            return (failure, worst);
+        }
+    }
+    // A query that sees nothing in any head has a zero output row; an item whose queries
+    // all see nothing (a valid length of 0) has a zero output and a zero d_x.
+    for (b, p) in tape.weights().outer_iter().enumerate() {
+        for i in 0..p.shape()[1] {
+            let blind = p.index_axis(Axis(1), i).iter().all(|&w| w == 0.0);
+            if blind && y.slice(s![b, i, ..]).iter().any(|&o| o != 0.0) {
+                return (
+                    Some(format!("query ({b}, {i}) sees nothing but has an output")),
+                    worst,
+                );
+            }
+        }
+        let nothing_seen = p.iter().all(|&w| w == 0.0);
+        if nothing_seen && d_x_copy.slice(s![b, .., ..]).iter().any(|&d| d != 0.0) {
+            return (Some(format!("item {b} sees nothing but has a nonzero d_x")), worst);
+        }
+    }
+    (None, worst)
+}
+
+/// A dropout scale array: each entry 0 with probability `p`, else `1/(1 − p)`.
+fn scales(shape: (usize, usize, usize, usize), p: f64, rng: &mut StdRng) -> Array4<f64> {
+    Array4::from_shape_simple_fn(
+        shape,
+        || if rng.random_bool(p) { 0.0 } else { 1.0 / (1.0 - p) },
+    )
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+
+    #[test]
+    fn the_layer_backward_matches_finite_differences(
+        batch in 1..3usize,
+        l in 1..5usize,
+        heads in 1..3usize,
+        d_head in 1..4usize,
+        kind in mask_kind(),
+        dropout in any::<bool>(),
+        seed in any::<u64>(),
+    ) {
+        let mut rng = StdRng::seed_from_u64(seed);
+        let d_model = heads * d_head;
+        let scale = 1.0 / (d_model as f64).sqrt();
+        let weights = [(); 4].map(|_| {
+            random(&[d_model, d_model], &mut rng).into_dimensionality().unwrap() * scale
+        });
+        let x: Array3<f64> =
+            random(&[batch, l, d_model], &mut rng).into_dimensionality().unwrap();
+        let d_y: Array3<f64> =
+            random(&[batch, l, d_model], &mut rng).into_dimensionality().unwrap();
+        let mask = match kind {
+            // The layer's own mask shapes: (L, L), (batch, L, L), (batch, heads, L, L).
+            MaskKind::Random => make_mask(kind, &[batch, heads], l, l, &mut rng),
+            _ => make_mask(kind, &[batch], l, l, &mut rng),
+        };
+        let drop = dropout.then(|| scales((batch, heads, l, l), 0.3, &mut rng));
+        let drop = drop.as_ref().map(|d| &**d);
+        let (failure, worst) = check_layer(&weights, heads, &x, mask.as_ref(), drop, &d_y);
+        prop_assert!(failure.is_none(), "{}", failure.unwrap());
+        report("layer backward", worst);
+    }
+}
+
+#[test]
+fn the_layer_gives_an_item_that_sees_nothing_zero_output_and_zero_gradient() {
+    let mut rng = StdRng::seed_from_u64(21);
+    let (heads, d_model, l) = (2, 6, 3);
+    let weights = [(); 4].map(|_| {
+        random(&[d_model, d_model], &mut rng).into_dimensionality::<ndarray::Ix2>().unwrap()
+    });
+    let x: Array3<f64> = random(&[2, l, d_model], &mut rng).into_dimensionality().unwrap();
+    let d_y: Array3<f64> = random(&[2, l, d_model], &mut rng).into_dimensionality().unwrap();
+    let padding = Mask::padding(&[3, 0], l, l).unwrap(); // item 1 has no real token
+    for drop in [None, Some(scales((2, heads, l, l), 0.5, &mut rng))] {
+        let drop = drop.as_ref().map(|d| &**d);
+        let (failure, _) = check_layer(&weights, heads, &x, Some(&padding), drop, &d_y);
+        assert!(failure.is_none(), "{}", failure.unwrap());
+        let [w_q, w_k, w_v, w_o] = weights.clone();
+        let mha = MultiHeadAttention::new(w_q, w_k, w_v, w_o, heads).unwrap();
+        let (y, tape) = mha.forward_train(&x, Some(&padding), drop).unwrap();
+        let grads = mha.backward(&tape, &d_y).unwrap();
+        assert!(y.slice(s![1, .., ..]).iter().all(|&o| o == 0.0));
+        assert!(grads.d_x.slice(s![1, .., ..]).iter().all(|&d| d == 0.0));
+        assert!(grads.d_x.slice(s![0, .., ..]).iter().all(|&d| d != 0.0));
+    }
 }
