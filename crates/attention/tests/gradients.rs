@@ -395,7 +395,7 @@ proptest! {
             _ => make_mask(kind, &[batch], l, l, &mut rng),
         };
         let drop = dropout.then(|| scales((batch, heads, l, l), 0.3, &mut rng));
-        let drop = drop.as_ref().map(|d| &**d);
+        let drop = drop.as_deref();
         let (failure, worst) = check_layer(&weights, heads, &x, mask.as_ref(), drop, &d_y);
         prop_assert!(failure.is_none(), "{}", failure.unwrap());
         report("layer backward", worst);
@@ -413,7 +413,7 @@ fn the_layer_gives_an_item_that_sees_nothing_zero_output_and_zero_gradient() {
     let d_y: Array3<f64> = random(&[2, l, d_model], &mut rng).into_dimensionality().unwrap();
     let padding = Mask::padding(&[3, 0], l, l).unwrap(); // item 1 has no real token
     for drop in [None, Some(scales((2, heads, l, l), 0.5, &mut rng))] {
-        let drop = drop.as_ref().map(|d| &**d);
+        let drop = drop.as_deref();
         let (failure, _) = check_layer(&weights, heads, &x, Some(&padding), drop, &d_y);
         assert!(failure.is_none(), "{}", failure.unwrap());
         let [w_q, w_k, w_v, w_o] = weights.clone();
