@@ -369,21 +369,21 @@ impl<A: Float> MultiHeadAttention<A> {
     /// ```
     // ANCHOR: layer_backward
     pub fn backward(&self, tape: &LayerTape<A>, d_y: &ArrayRef3<A>) -> Result<LayerGrads<A>> {
-        same_shape("d_y", d_y.shape(), "the output's", tape.x.shape())?;
+        self.check_tape(tape, d_y)?;
         let [w_q, w_k, w_v, w_o] = self.projections().map(Linear::weight);
         // y = merged · W_O
         let d_w_o = weight_grad(&tape.merged, d_y)?; // mergedᵀ · dY
         let d_merged = project_exact(d_y, &transposed(w_o))?; // dY · W_Oᵀ
         let d_heads = split_heads(&d_merged, self.heads())?; // each head's dO
-        // Each head: O = A·V with A = P ∘ drop (A = P without dropout)
-        let attended = match &tape.drop {
+        // Each head: O = P_drop·V, with P_drop = P ∘ drop (P_drop = P without dropout)
+        let dropped = match &tape.drop {
             None => tape.weights.clone(),
             Some(drop) => &tape.weights * drop,
         };
-        let d_v = matmul(&transposed(&attended), &d_heads)?; // dV = Aᵀ·dO
-        let mut d_weights = matmul(&d_heads, &transposed(&tape.v))?; // dA = dO·Vᵀ
+        let d_v = matmul(&transposed(&dropped), &d_heads)?; // dV = P_dropᵀ·dO
+        let mut d_weights = matmul(&d_heads, &transposed(&tape.v))?; // dP_drop = dO·Vᵀ
         if let Some(drop) = &tape.drop {
-            d_weights = d_weights * drop; // dP = dA ∘ drop
+            d_weights = d_weights * drop; // dP = dP_drop ∘ drop
         }
         // P = softmax(S), S = Q·Kᵀ/√d_head: as in sdpa_backward
         let d_scores = softmax_backward(&tape.weights, &d_weights)?;
@@ -402,6 +402,23 @@ impl<A: Float> MultiHeadAttention<A> {
         Ok(LayerGrads { d_x, d_w_q, d_w_k, d_w_v, d_w_o })
     }
     // ANCHOR_END: layer_backward
+
+    /// Checks that the tape comes from a layer of this shape (`d_model` and heads) and that
+    /// `d_y` has the output's shape.
+    fn check_tape(&self, tape: &LayerTape<A>, d_y: &ArrayRef3<A>) -> Result<()> {
+        self.check_input("the tape's x", &tape.x)?;
+        if tape.q.dim().1 != self.heads() {
+            return Err(AttentionError::Invalid {
+                what: "tape".into(),
+                problem: format!(
+                    "it was recorded with {} heads, but the layer has {}",
+                    tape.q.dim().1,
+                    self.heads()
+                ),
+            });
+        }
+        same_shape("d_y", d_y.shape(), "the output's", tape.x.shape())
+    }
 
     /// Checks that `x` is `(batch, L, d_model)` with this layer's `d_model`, nothing empty.
     fn check_input(&self, name: &str, x: &ArrayRef3<A>) -> Result<()> {
@@ -587,6 +604,23 @@ mod tests {
         assert_eq!(
             mha.backward(&tape, &Array3::zeros((2, 4, 4))).unwrap_err().to_string(),
             "d_y has shape [2, 4, 4] but the output's shape [2, 3, 4] was expected"
+        );
+        let one_head = MultiHeadAttention::new(
+            Array2::eye(4),
+            Array2::eye(4),
+            Array2::eye(4),
+            Array2::eye(4),
+            1,
+        )
+        .unwrap();
+        assert_eq!(
+            one_head.backward(&tape, &Array3::zeros((2, 3, 4))).unwrap_err().to_string(),
+            "tape: it was recorded with 2 heads, but the layer has 1"
+        );
+        let wider = MultiHeadAttention::<f64>::random(6, 2, &mut StdRng::seed_from_u64(0));
+        assert_eq!(
+            wider.unwrap().backward(&tape, &Array3::zeros((2, 3, 4))).unwrap_err().to_string(),
+            "the tape's x has d_model = 4 but W_Q has d_model = 6"
         );
     }
 }
