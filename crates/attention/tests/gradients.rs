@@ -425,3 +425,36 @@ fn the_layer_gives_an_item_that_sees_nothing_zero_output_and_zero_gradient() {
         assert!(grads.d_x.slice(s![0, .., ..]).iter().all(|&d| d != 0.0));
     }
 }
+
+/// Any shapes at all, including empty and mismatched ones: `Ok` or `Err`, never a panic.
+fn any_shape() -> impl Strategy<Value = Vec<usize>> {
+    prop::collection::vec(0..4usize, 0..5)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 300, ..ProptestConfig::default() })]
+
+    #[test]
+    fn arbitrary_shapes_never_panic(
+        shapes in prop::collection::vec(any_shape(), 5),
+        layer_x in prop::collection::vec(0..4usize, 3),
+        drop in prop::option::of(prop::collection::vec(0..4usize, 4)),
+    ) {
+        let array = |s: &Vec<usize>| ArrayD::<f64>::from_elem(IxDyn(s), 0.5);
+        let [q, k, v, p, d_o] = [0, 1, 2, 3, 4].map(|i| array(&shapes[i]));
+        let _ = exact::matmul(&q, &k);
+        let _ = exact::softmax(&q);
+        let _ = exact::sdpa(&q, &k, &v, None);
+        let _ = softmax_backward(&q, &k);
+        let _ = sdpa_backward(&q, &k, &v, &p, &d_o);
+        let mha =
+            MultiHeadAttention::<f64>::random(4, 2, &mut StdRng::seed_from_u64(0)).unwrap();
+        let x = Array3::from_elem((layer_x[0], layer_x[1], layer_x[2]), 0.5);
+        let drop = drop.map(|s| Array4::from_elem((s[0], s[1], s[2], s[3]), 1.0));
+        if let Ok((y, tape)) = mha.forward_train(&x, None, drop.as_deref()) {
+            prop_assert!(mha.backward(&tape, &y).is_ok());
+            let other = Array3::zeros((1, 1, 4));
+            prop_assert!(mha.backward(&tape, &other).is_err() || y.dim() == (1, 1, 4));
+        }
+    }
+}
