@@ -93,9 +93,17 @@ pub fn problem() -> Problem {
 /// The entry of `Q` whose gradient the figure differentiates numerically.
 pub const ENTRY: (usize, usize) = (0, 2);
 
-/// The steps of the sweep: `h = 10^(−e/4)` for `e = 0, 1, …, 60` (1 down to `10⁻¹⁵`).
+/// The steps of the sweep: `h = 10^(−e/4)` for `e = 0, 1, …, 60` (1 down to `10⁻¹⁵`), each
+/// read from its decimal digits (`10^(−1/4)`, `10^(−1/2)`, `10^(−3/4)` to 17 digits, times a
+/// power of ten), so that every machine gets the same bits: `f64::powf` calls the system's
+/// maths library, which may round the last bit differently from one machine to another, and in
+/// the rounding-dominated half of the figure one bit of `h` moves the point.
 pub fn steps() -> Vec<f64> {
-    (0..=60).map(|e| 10f64.powf(-(e as f64) / 4.0)).collect()
+    const QUARTERS: [&str; 4] =
+        ["1", "0.5623413251903491", "0.31622776601683794", "0.1778279410038923"];
+    (0..=60)
+        .map(|e| format!("{}e-{}", QUARTERS[e % 4], e / 4).parse().expect("a decimal"))
+        .collect()
 }
 
 /// The central difference `(ℓ(x + h) − ℓ(x − h)) / (x_up − x_down)` of `ℓ = Σ O ∘ dO` with
