@@ -375,6 +375,10 @@ fn tools_answer_help_and_version() {
                 "--weights",
                 "--png",
                 "--labels",
+                "--grad-out",
+                "--dq",
+                "--dk",
+                "--dv",
                 "--impl",
                 "--bench",
             ][..],
@@ -422,7 +426,11 @@ fn tools_answer_help_and_version() {
                 assert!(help.contains("causal|window:W|M.npy"), "{help}");
             }
             if flag == "--help" {
-                assert!(help.contains("Example (from the repository root):"), "{help}");
+                let examples = if name == "attend" { "Examples" } else { "Example" };
+                assert!(
+                    help.contains(&format!("{examples} (from the repository root):")),
+                    "{help}"
+                );
                 assert!(
                     help.contains(&format!("cargo run --release --example {name} --")),
                     "{help}"
@@ -1747,4 +1755,242 @@ fn appendix_c_shows_what_multihead_prints() {
         list.iter().map(|a| a.trim_start_matches("/tmp/").to_string()).collect()
     };
     assert_eq!((help_case, no_tmp(&help_options)), (case, no_tmp(&options)));
+}
+
+// attend's gradients (chapter Gradients): --grad-out DO.npy --dq DQ.npy --dk DK.npy --dv DV.npy.
+
+/// A deterministic dO of `shape` (a sine of the index, entries in [−1, 1]).
+fn d_o_of<A>(shape: &[usize], convert: fn(f64) -> A) -> ArrayD<A> {
+    ArrayD::from_shape_fn(IxDyn(shape), |i| {
+        let n = i.slice().iter().fold(7usize, |n, &k| n * 31 + k);
+        convert(((n * 7919 % 10007) as f64).sin())
+    })
+}
+
+/// The four gradient options writing `do.npy`'s dQ, dK, dV into `dir`.
+fn grad_args(dir: &TempDir, d_o: &str) -> Vec<String> {
+    let mut list = vec!["--grad-out".to_string(), d_o.to_string()];
+    for name in ["dq", "dk", "dv"] {
+        list.extend([format!("--{name}"), out_path(dir, &format!("{name}.npy"))]);
+    }
+    list
+}
+
+#[test]
+fn attend_writes_the_gradients_for_every_mask_kind_and_rank() {
+    // Every mask kind (none, causal, a bool file, one that broadcasts, fully masked rows),
+    // 0, 1 and 2 leading axes, L_q ≠ L_k, float64 and float32.
+    let dir = TempDir::new().unwrap();
+    let d_o = out_path(&dir, "do.npy");
+    for (case, mask) in [
+        ("f64_causal_L6_dk8", Some("causal")),
+        ("f64_causal_Lq3_Lk5", Some("causal")),
+        ("f64_bool_Lq4_Lk12", Some("file")),
+        ("f64_fully_masked_rows_L5", Some("file")),
+        ("f64_batch2_L5_dk4", None),
+        ("f64_batch2_broadcast_mask_L6", Some("file")),
+        ("f64_batch2_heads2_bool_L4", Some("file")),
+        ("f64_Lq3_Lk5_dk4_dv2", None),
+        ("f32_batch2_causal_L7", Some("causal")),
+        ("f32_batch2_heads2_bool_L4", Some("file")),
+    ] {
+        let f32 = case.starts_with("f32");
+        let out_shape = read_f64(&fixture("sdpa", case, "out.npy")).shape().to_vec();
+        if f32 {
+            write_npy(&d_o, &d_o_of(&out_shape, to_f32)).unwrap();
+        } else {
+            write_npy(&d_o, &d_o_of(&out_shape, to_f64)).unwrap();
+        }
+        let mut list = qkv_masked(case, mask);
+        list.extend(args(&["--out", &out_path(&dir, "out.npy")]));
+        list.extend(grad_args(&dir, &d_o));
+        let summary = attend_run(&list).unwrap_or_else(|e| panic!("{case}: {}", e.message()));
+        assert!(summary.starts_with("attention (plain) and its backward over"), "{summary}");
+        let (q, k, v) = (
+            read_f64(&fixture("sdpa", case, "q.npy")),
+            read_f64(&fixture("sdpa", case, "k.npy")),
+            read_f64(&fixture("sdpa", case, "v.npy")),
+        );
+        let weights = read_f64(&fixture("sdpa", case, "weights.npy"));
+        let expected =
+            attention::grad::sdpa_backward(&q, &k, &v, &weights, &read_f64(&d_o)).unwrap();
+        let tolerance = if f32 { 1e-5 } else { 1e-12 };
+        for (name, input, want) in
+            [("dq", &q, &expected.d_q), ("dk", &k, &expected.d_k), ("dv", &v, &expected.d_v)]
+        {
+            let path = out_path(&dir, &format!("{name}.npy"));
+            let got = if f32 {
+                read_npy::<_, ArrayD<f32>>(&path)
+                    .unwrap_or_else(|e| panic!("{case} {name} is float32: {e}"))
+                    .mapv(f64::from)
+            } else {
+                read_npy::<_, ArrayD<f64>>(&path).unwrap()
+            };
+            assert_eq!(got.shape(), input.shape(), "{case}: {name} has its input's shape");
+            let worst = got
+                .iter()
+                .zip(want)
+                .map(|(g, w)| (g - w).abs() - tolerance * w.abs())
+                .fold(f64::NEG_INFINITY, f64::max);
+            assert!(
+                worst <= tolerance,
+                "{case} {name}: |got − want| − rtol·|want| = {worst:e}"
+            );
+        }
+    }
+}
+
+#[test]
+fn attend_refuses_bad_gradient_command_lines() {
+    let dir = TempDir::new().unwrap();
+    let case = "f64_causal_L6_dk8";
+    let (out, d_o) = (out_path(&dir, "out.npy"), out_path(&dir, "do.npy"));
+    write_npy(&d_o, &d_o_of(&[6, 5], to_f64)).unwrap();
+    let with = |extra: &[&str]| {
+        let mut list = qkv(case);
+        list.extend(args(&["--out", &out]));
+        list.extend(args(extra));
+        list
+    };
+    let dq = out_path(&dir, "dq.npy");
+    // A gradient to write, but no dO.
+    for flag in ["--dq", "--dk", "--dv"] {
+        assert_usage(
+            attend_run,
+            &with(&[flag, &dq]),
+            &dir,
+            "the following required arguments were not provided:\n  --grad-out <DO.npy>",
+        );
+    }
+    // dO, but no gradient to write.
+    assert_usage(
+        attend_run,
+        &with(&["--grad-out", &d_o]),
+        &dir,
+        &format!(
+            "--grad-out {d_o} asks for the backward pass but names no file for its result"
+        ),
+    );
+    // Two outputs that are one file, among the gradients and with --out, --weights, --png.
+    let w = out_path(&dir, "w.npy");
+    let spelled = format!("{}/./dq.npy", dir.path().display());
+    for (extra, problem) in [
+        (vec!["--dq", &dq, "--dk", &dq], format!("--dq {dq} and --dk {dq} are the same file")),
+        (
+            vec!["--dq", &dq, "--dv", &spelled],
+            format!("--dq {dq} and --dv {spelled} are the same file"),
+        ),
+        (vec!["--dv", &out], format!("--out {out} and --dv {out} are the same file")),
+        (
+            vec!["--weights", &w, "--dk", &w],
+            format!("--weights {w} and --dk {w} are the same file"),
+        ),
+    ] {
+        let mut extra = extra;
+        extra.extend(["--grad-out", &d_o]);
+        assert_usage(attend_run, &with(&extra), &dir, &problem);
+    }
+    // A gradient written over an input: dO itself, or Q.
+    assert_usage(
+        attend_run,
+        &with(&["--grad-out", &d_o, "--dq", &d_o]),
+        &dir,
+        &format!("--dq {d_o} is the same file as the input --grad-out {d_o}"),
+    );
+    let q = fixture("sdpa", case, "q.npy");
+    assert_usage(
+        attend_run,
+        &with(&["--grad-out", &d_o, "--dq", &q]),
+        &dir,
+        &format!("--dq {q} is the same file as the input --q {q}"),
+    );
+    // …and the other way round: --out over dO.
+    let mut list = qkv(case);
+    list.extend(args(&["--out", &d_o, "--grad-out", &d_o, "--dq", &dq]));
+    assert_usage(
+        attend_run,
+        &list,
+        &dir,
+        &format!("--out {d_o} is the same file as the input --grad-out {d_o}"),
+    );
+    assert!(!Path::new(&dq).exists() && !Path::new(&out).exists());
+}
+
+#[test]
+fn attend_refuses_bad_gradient_data() {
+    let dir = TempDir::new().unwrap();
+    let case = "f64_causal_L6_dk8";
+    // Outputs from an earlier run: every failure below must leave them as they are (and
+    // assert_fails checks that no file appears or changes).
+    for name in ["out.npy", "dq.npy", "dk.npy", "dv.npy"] {
+        std::fs::write(dir.path().join(name), format!("the old {name}")).unwrap();
+    }
+    let run_with = |d_o: &str| {
+        let mut list = qkv_masked(case, Some("causal"));
+        list.extend(args(&["--out", &out_path(&dir, "out.npy")]));
+        list.extend(grad_args(&dir, d_o));
+        list
+    };
+    let write = |name: &str, array: &ArrayD<f64>| {
+        let path = out_path(&dir, name);
+        write_npy(&path, array).unwrap();
+        path
+    };
+    // dO must have the output's shape, (6, 5): not Q's, not transposed, not with an axis more.
+    for shape in [vec![6, 8], vec![5, 6], vec![1, 6, 5], vec![6]] {
+        let d_o = write("do.npy", &d_o_of(&shape, to_f64));
+        let found = reader_tools::shape_text(&shape);
+        assert_fails(
+            attend_run,
+            &run_with(&d_o),
+            &dir,
+            &d_o,
+            &format!(
+                "has shape {found} but the output (…, L_q, d_v) has shape (6, 5): dO must have \
+                 the output's shape"
+            ),
+        );
+    }
+    // …and the inputs' dtype.
+    let f32_d_o = out_path(&dir, "do32.npy");
+    write_npy(&f32_d_o, &d_o_of(&[6, 5], to_f32)).unwrap();
+    assert_fails(
+        attend_run,
+        &run_with(&f32_d_o),
+        &dir,
+        &f32_d_o,
+        &format!("dtype float32 differs from {}'s float64", fixture("sdpa", case, "q.npy")),
+    );
+    let ints = out_path(&dir, "ints.npy");
+    write_npy(&ints, &ndarray::Array2::<i64>::zeros((6, 5))).unwrap();
+    assert_fails(
+        attend_run,
+        &run_with(&ints),
+        &dir,
+        &ints,
+        "dtype int64 ('<i8') is not float32 or float64",
+    );
+    let missing = out_path(&dir, "missing.npy");
+    assert_fails(attend_run, &run_with(&missing), &dir, &missing, "cannot read");
+    let mut nan = d_o_of(&[6, 5], to_f64);
+    nan[IxDyn(&[4, 1])] = f64::NAN;
+    let nan = write("nan.npy", &nan);
+    assert_fails(attend_run, &run_with(&nan), &dir, &nan, "contains NaN at index [4, 1]");
+    // A gradient that cannot be written: the outputs already in place are put back.
+    let d_o = write("do.npy", &d_o_of(&[6, 5], to_f64));
+    std::fs::remove_file(dir.path().join("dv.npy")).unwrap();
+    std::fs::create_dir(dir.path().join("dv.npy")).unwrap();
+    assert_fails(
+        attend_run,
+        &run_with(&d_o),
+        &dir,
+        &out_path(&dir, "dv.npy"),
+        "cannot write: it is a directory; no output was changed",
+    );
+    for name in ["out.npy", "dq.npy", "dk.npy"] {
+        assert_eq!(
+            std::fs::read(dir.path().join(name)).unwrap(),
+            format!("the old {name}").as_bytes()
+        );
+    }
 }
