@@ -61,19 +61,18 @@ pub struct Cli {
     pub mask: Option<MaskArg>,
     #[command(flatten)]
     pub written: Written,
-    /// dO, the gradient of a loss with respect to the output: (…, L_q, d_v), OUT's shape, in
-    /// the inputs' dtype. Runs the backward pass and writes the gradients of sum(O ∘ dO) with
-    /// respect to Q, K and V (what PyTorch's out.backward(dO) leaves in q.grad, k.grad, v.grad)
-    /// to --dq, --dk and --dv; give at least one of them
+    /// dO, the gradient of a loss with respect to the output: OUT's shape, the inputs'
+    /// dtype. Also runs the backward pass and writes the gradients of sum(O ∘ dO) with respect
+    /// to Q, K and V (PyTorch's out.backward(dO)) to --dq, --dk, --dv: at least one of them
     #[arg(long = "grad-out", value_name = "DO.npy")]
     pub grad_out: Option<PathBuf>,
-    /// Where to write dQ, Q's shape (needs --grad-out)
+    /// Where to write dQ, the gradient with respect to Q (Q's shape; needs --grad-out)
     #[arg(long, value_name = "DQ.npy", requires = "grad_out")]
     pub dq: Option<PathBuf>,
-    /// Where to write dK, K's shape (needs --grad-out)
+    /// Where to write dK, the gradient with respect to K (K's shape; needs --grad-out)
     #[arg(long, value_name = "DK.npy", requires = "grad_out")]
     pub dk: Option<PathBuf>,
-    /// Where to write dV, V's shape (needs --grad-out)
+    /// Where to write dV, the gradient with respect to V (V's shape; needs --grad-out)
     #[arg(long, value_name = "DV.npy", requires = "grad_out")]
     pub dv: Option<PathBuf>,
     /// How to compute. Default: plain when the weights are asked for or a matrix has fewer
