@@ -1776,68 +1776,190 @@ fn grad_args(dir: &TempDir, d_o: &str) -> Vec<String> {
     list
 }
 
-#[test]
-fn attend_writes_the_gradients_for_every_mask_kind_and_rank() {
-    // Every mask kind (none, causal, a bool file, one that broadcasts, fully masked rows),
-    // 0, 1 and 2 leading axes, L_q ≠ L_k, float64 and float32.
-    let dir = TempDir::new().unwrap();
-    let d_o = out_path(&dir, "do.npy");
-    for (case, mask) in [
-        ("f64_causal_L6_dk8", Some("causal")),
-        ("f64_causal_Lq3_Lk5", Some("causal")),
-        ("f64_bool_Lq4_Lk12", Some("file")),
-        ("f64_fully_masked_rows_L5", Some("file")),
-        ("f64_batch2_L5_dk4", None),
-        ("f64_batch2_broadcast_mask_L6", Some("file")),
-        ("f64_batch2_heads2_bool_L4", Some("file")),
-        ("f64_Lq3_Lk5_dk4_dv2", None),
-        ("f32_batch2_causal_L7", Some("causal")),
-        ("f32_batch2_heads2_bool_L4", Some("file")),
-    ] {
-        let f32 = case.starts_with("f32");
-        let out_shape = read_f64(&fixture("sdpa", case, "out.npy")).shape().to_vec();
-        if f32 {
-            write_npy(&d_o, &d_o_of(&out_shape, to_f32)).unwrap();
-        } else {
-            write_npy(&d_o, &d_o_of(&out_shape, to_f64)).unwrap();
-        }
-        let mut list = qkv_masked(case, mask);
-        list.extend(args(&["--out", &out_path(&dir, "out.npy")]));
-        list.extend(grad_args(&dir, &d_o));
-        let summary = attend_run(&list).unwrap_or_else(|e| panic!("{case}: {}", e.message()));
-        assert!(summary.starts_with("attention (plain) and its backward over"), "{summary}");
-        let (q, k, v) = (
-            read_f64(&fixture("sdpa", case, "q.npy")),
-            read_f64(&fixture("sdpa", case, "k.npy")),
-            read_f64(&fixture("sdpa", case, "v.npy")),
-        );
-        let weights = read_f64(&fixture("sdpa", case, "weights.npy"));
-        let expected =
-            attention::grad::sdpa_backward(&q, &k, &v, &weights, &read_f64(&d_o)).unwrap();
-        let tolerance = if f32 { 1e-5 } else { 1e-12 };
-        for (name, input, want) in
-            [("dq", &q, &expected.d_q), ("dk", &k, &expected.d_k), ("dv", &v, &expected.d_v)]
-        {
-            let path = out_path(&dir, &format!("{name}.npy"));
-            let got = if f32 {
-                read_npy::<_, ArrayD<f32>>(&path)
-                    .unwrap_or_else(|e| panic!("{case} {name} is float32: {e}"))
-                    .mapv(f64::from)
+/// The cases of `tests/fixtures/grad/` (PyTorch's autograd through
+/// `scaled_dot_product_attention`), each with the `--mask` values that give its mask: none;
+/// `causal` and its `mask.npy` for a causal case (it has `causal.npy`); its `mask.npy`.
+fn grad_cases() -> Vec<(String, Vec<Option<String>>)> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/grad");
+    let mut cases: Vec<(String, Vec<Option<String>>)> = std::fs::read_dir(&root)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|name| root.join(name).is_dir())
+        .map(|case| {
+            let has = |file: &str| root.join(&case).join(file).exists();
+            let mask = fixture("grad", &case, "mask.npy");
+            let masks = if has("causal.npy") {
+                vec![Some("causal".to_string()), Some(mask)]
+            } else if has("mask.npy") {
+                vec![Some(mask)]
             } else {
-                read_npy::<_, ArrayD<f64>>(&path).unwrap()
+                vec![None]
             };
-            assert_eq!(got.shape(), input.shape(), "{case}: {name} has its input's shape");
-            let worst = got
+            (case, masks)
+        })
+        .collect();
+    cases.sort();
+    cases
+}
+
+/// Runs attend with `--impl implementation` on `inputs` (q, k, v, dO) and `mask`, writing into
+/// `dir`, and returns the summary and the output, dQ, dK and dV as float64, after checking
+/// that they are written in `dtype` (`"f32"` or `"f64"`).
+fn attend_grads(
+    dir: &TempDir,
+    inputs: [&str; 4],
+    mask: Option<&str>,
+    implementation: &str,
+    dtype: &str,
+) -> (String, [ArrayD<f64>; 4]) {
+    let [q, k, v, d_o] = inputs;
+    let mut list = args(&["--q", q, "--k", k, "--v", v, "--out", &out_path(dir, "out.npy")]);
+    if let Some(mask) = mask {
+        list.extend(args(&["--mask", mask]));
+    }
+    list.extend(grad_args(dir, d_o));
+    list.extend(args(&["--impl", implementation]));
+    let summary = attend_run(&list)
+        .unwrap_or_else(|e| panic!("{inputs:?} {mask:?} {implementation}: {}", e.message()));
+    let read = |name: &str| {
+        let path = out_path(dir, name);
+        if dtype == "f32" {
+            read_npy::<_, ArrayD<f32>>(&path)
+                .unwrap_or_else(|e| panic!("{name} should be float32: {e}"))
+                .mapv(f64::from)
+        } else {
+            read_npy::<_, ArrayD<f64>>(&path)
+                .unwrap_or_else(|e| panic!("{name} should be float64: {e}"))
+        }
+    };
+    (summary, ["out.npy", "dq.npy", "dk.npy", "dv.npy"].map(read))
+}
+
+/// The largest `|got − want| − rtol·|want|` over the entries: within the issue's tolerance
+/// `|a − b| ≤ atol + rtol·|b|` (atol = rtol) when it is at most `rtol`.
+fn worst_excess(got: &ArrayD<f64>, want: &ArrayD<f64>, rtol: f64) -> f64 {
+    assert_eq!(got.shape(), want.shape());
+    got.iter()
+        .zip(want)
+        .map(|(g, w)| (g - w).abs() - rtol * w.abs())
+        .fold(f64::NEG_INFINITY, f64::max)
+}
+
+#[test]
+fn attend_gradients_reproduce_pytorch_autograd() {
+    // Every case of tests/fixtures/grad (no mask, causal, a bool mask with a query that sees
+    // no key, L_q ≠ L_k, d_k ≠ d_v, 0 or 2 leading axes, float32 and float64), with every
+    // --mask that gives its mask, through both implementations; then the 2-axis cases again
+    // with their (batch, heads) axes flattened into one, for 1 leading axis.
+    let dir = TempDir::new().unwrap();
+    let cases = grad_cases();
+    let (mut runs, mut covered) = (0, std::collections::BTreeSet::new());
+    for (case, masks) in &cases {
+        let dtype = &case[..3];
+        let rtol = if dtype == "f32" { 1e-5 } else { 1e-12 };
+        let file = |name: &str| fixture("grad", case, name);
+        let names = ["out.npy", "dq.npy", "dk.npy", "dv.npy"];
+        let expected = names.map(|n| read_f64(&file(n)));
+        let lead = expected[0].ndim() - 2;
+        // For 1 leading axis: the same numbers with (batch, heads) as one axis.
+        let mut forms = vec![(
+            [file("q.npy"), file("k.npy"), file("v.npy"), file("do.npy")],
+            masks.clone(),
+            expected.clone(),
+            lead,
+        )];
+        if lead == 2 {
+            let flat = |a: &ArrayD<f64>| {
+                let s = a.shape();
+                a.to_shape(IxDyn(&[s[0] * s[1], s[2], s[3]])).unwrap().to_owned()
+            };
+            let write_as = |name: &str, a: &ArrayD<f64>| {
+                let path = out_path(&dir, &format!("flat_{name}"));
+                if dtype == "f32" {
+                    write_npy(&path, &a.mapv(|x| x as f32)).unwrap();
+                } else {
+                    write_npy(&path, a).unwrap();
+                }
+                path
+            };
+            let inputs = ["q.npy", "k.npy", "v.npy", "do.npy"]
+                .map(|n| write_as(n, &flat(&read_f64(&file(n)))));
+            let flat_masks = masks
                 .iter()
-                .zip(want)
-                .map(|(g, w)| (g - w).abs() - tolerance * w.abs())
-                .fold(f64::NEG_INFINITY, f64::max);
-            assert!(
-                worst <= tolerance,
-                "{case} {name}: |got − want| − rtol·|want| = {worst:e}"
-            );
+                .map(|mask| match mask.as_deref() {
+                    Some(path) if path != "causal" => {
+                        let m: ArrayD<bool> = read_npy(path).unwrap();
+                        if m.ndim() < 4 {
+                            return Some(path.to_string()); // broadcasts as it is
+                        }
+                        let s = m.shape().to_vec();
+                        let flat_mask =
+                            m.to_shape(IxDyn(&[s[0] * s[1], s[2], s[3]])).unwrap().to_owned();
+                        let path = out_path(&dir, "flat_mask.npy");
+                        write_npy(&path, &flat_mask).unwrap();
+                        Some(path)
+                    }
+                    other => other.map(String::from),
+                })
+                .collect();
+            forms.push((inputs, flat_masks, expected.clone().map(|a| flat(&a)), 1));
+        }
+        for (inputs, masks, expected, lead) in forms {
+            for mask in &masks {
+                for implementation in ["plain", "tiled"] {
+                    let inputs =
+                        [&inputs[0], &inputs[1], &inputs[2], &inputs[3]].map(String::as_str);
+                    let (summary, got) =
+                        attend_grads(&dir, inputs, mask.as_deref(), implementation, dtype);
+                    assert!(
+                        summary.starts_with(&format!(
+                            "attention ({implementation}) and its backward over"
+                        )),
+                        "{summary}"
+                    );
+                    for ((name, got), want) in names.iter().zip(&got).zip(&expected) {
+                        let excess = worst_excess(got, want, rtol);
+                        assert!(
+                            excess <= rtol,
+                            "{case}, {lead} leading axes, --mask {mask:?}, {implementation}: \
+                             {name} misses PyTorch's by {excess:e} beyond rtol·|b|"
+                        );
+                    }
+                    runs += 1;
+                }
+                covered.insert(format!("{lead} leading axes"));
+                covered.insert(match mask.as_deref() {
+                    None => "no mask".into(),
+                    Some("causal") => "causal".into(),
+                    Some(path)
+                        if read_npy::<_, ArrayD<bool>>(path).unwrap().ndim() < lead + 2 =>
+                    {
+                        "a mask file that broadcasts".into()
+                    }
+                    Some(_) => "a mask file".into(),
+                });
+                if case.contains("blind_row") {
+                    covered.insert("a query that sees no key".into());
+                }
+            }
         }
     }
+    assert_eq!(
+        covered.into_iter().collect::<Vec<_>>(),
+        [
+            "0 leading axes",
+            "1 leading axes",
+            "2 leading axes",
+            "a mask file",
+            "a mask file that broadcasts",
+            "a query that sees no key",
+            "causal",
+            "no mask"
+        ],
+        "the fixtures cover every kind of case"
+    );
+    assert!(cases.iter().any(|(c, _)| c.starts_with("f32")), "float32 cases too");
+    assert!(runs >= 2 * cases.len(), "{runs} runs for {} cases", cases.len());
 }
 
 #[test]
@@ -1992,5 +2114,37 @@ fn attend_refuses_bad_gradient_data() {
             std::fs::read(dir.path().join(name)).unwrap(),
             format!("the old {name}").as_bytes()
         );
+    }
+}
+
+#[test]
+fn attend_bench_with_gradients_times_forward_and_backward() {
+    let dir = TempDir::new().unwrap();
+    let case = "f32_causal_L6_dk8_dv5";
+    let file = |name: &str| fixture("grad", case, name);
+    for implementation in ["plain", "tiled"] {
+        let mut list =
+            args(&["--q", &file("q.npy"), "--k", &file("k.npy"), "--v", &file("v.npy")]);
+        list.extend(args(&["--mask", "causal", "--out", &out_path(&dir, "out.npy")]));
+        list.extend(grad_args(&dir, &file("do.npy")));
+        list.extend(args(&["--impl", implementation, "--bench", "3"]));
+        let summary = ok(attend_run(&list));
+        let lines: Vec<&str> = summary.lines().collect();
+        assert_eq!(lines.len(), 3, "{summary}");
+        assert_eq!(
+            lines[1],
+            format!(
+                "{implementation} forward + backward median of 3 runs after one warm-up, \
+                 without file I/O:"
+            )
+        );
+        let ms: f64 = lines[2].strip_prefix("median_ms=").unwrap().parse().unwrap();
+        assert!(ms.is_finite() && ms >= 0.0, "{summary}");
+        for name in ["dq.npy", "dk.npy", "dv.npy"] {
+            let got: ArrayD<f32> = read_npy(out_path(&dir, name)).unwrap(); // written once
+            let want: ArrayD<f32> = read_npy(file(name)).unwrap();
+            let excess = worst_excess(&got.mapv(f64::from), &want.mapv(f64::from), 1e-5);
+            assert!(excess <= 1e-5, "{implementation} {name}: {excess:e}");
+        }
     }
 }

@@ -269,9 +269,11 @@ fn attend<A: Float + WritableElement>(
             tiled_sdpa_batched(&q, &k, &v, masking, Tiles::default()).map(|output| (output, None))
         }
     };
-    let backward = |weights: Option<&ArrayD<A>>, d_o: &ArrayD<A>| {
-        let weights = weights.expect("the plain path runs whenever gradients are asked for");
-        sdpa_backward(&q, &k, &v, weights, d_o)
+    let backward = |weights: Option<&ArrayD<A>>, d_o: &ArrayD<A>| match weights {
+        Some(weights) => sdpa_backward(&q, &k, &v, weights, d_o),
+        // --impl tiled: the plain backward needs the weights the tiled forward never formed.
+        None => sdpa_batched(&q, &k, &v, mask.as_ref())
+            .and_then(|att| sdpa_backward(&q, &k, &v, &att.weights, d_o)),
     };
     let (output, weights) = forward().map_err(|e| explain(&e, &files))?;
     let grads: Option<SdpaGrads<A, IxDyn>> = match &d_o {
