@@ -2148,3 +2148,52 @@ fn attend_bench_with_gradients_times_forward_and_backward() {
         }
     }
 }
+
+#[test]
+fn appendix_c_shows_what_attend_prints_with_gradients() {
+    // Appendix C runs attend --grad-out on a gradient fixture and quotes the line it prints:
+    // run that command (its /tmp files moved into a temporary directory) and compare, then
+    // check the gradients against PyTorch's as the text says.
+    let appendix = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("book/appendix-tools.md"),
+    )
+    .unwrap();
+    let block = appendix
+        .split("```console\n")
+        .find(|b| b.starts_with("$ D=tests/fixtures/grad/"))
+        .expect("a command on a tests/fixtures/grad case");
+    let (command, prose) = block.split_once("```").unwrap();
+    let mut lines = command.lines();
+    let case = lines.next().unwrap().rsplit('/').next().unwrap().to_string();
+    let joined: String = lines.map(|l| l.trim_end_matches('\\')).collect();
+    let options: Vec<&str> = joined
+        .split_once(" -- ")
+        .expect("cargo run ... -- options")
+        .1
+        .split_whitespace()
+        .collect();
+    let printed = prose
+        .split_once("prints one line, `")
+        .and_then(|(_, rest)| rest.split_once('`'))
+        .expect("the paragraph after the block quotes the line the tool prints")
+        .0
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ");
+    let dir = TempDir::new().unwrap();
+    let tmp = dir.path().to_string_lossy().into_owned();
+    let list: Vec<String> = options
+        .iter()
+        .map(|a| match a.strip_prefix("/tmp/") {
+            Some(name) => out_path(&dir, name),
+            None => a.replace("$D", fixture("grad", &case, "").trim_end_matches('/')),
+        })
+        .collect();
+    assert_eq!(ok(attend_run(&list)).replace(&tmp, "/tmp"), printed);
+    assert!(prose.contains("to $10^{-12}$"), "the tolerance the text quotes");
+    for name in ["out.npy", "dq.npy", "dk.npy", "dv.npy"] {
+        let got: ArrayD<f64> = read_npy(out_path(&dir, name)).unwrap();
+        let want: ArrayD<f64> = read_npy(fixture("grad", &case, name)).unwrap();
+        assert!(worst_excess(&got, &want, 1e-12) <= 1e-12, "{name}");
+    }
+}
