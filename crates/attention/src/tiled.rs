@@ -24,7 +24,7 @@
 //! writes into the existing tile buffer.
 //!
 //! Anchors (below the doc comments): `online_update`, `online_softmax`, `attend_block`,
-//! `causal_end`, `mask_tile`, `fast_exp`.
+//! `causal_end`, `mask_tile`, `fast_exp`; `log_sum_exp` for chapter *Gradients*.
 
 use ndarray::{
     Array, Array1, Array2, Array3, ArrayRef, ArrayRef1, ArrayRef2, ArrayView2, ArrayViewD,

@@ -369,6 +369,7 @@ fn backward_matrix<A: Float>(
 
 /// One (query block, key block) pair: rows `at.0..` of `q`, `d_o`, `lse` and `D`, rows
 /// `at.1..` of `k` and `v`, and which of the pair's scores are visible.
+// ANCHOR: backward_step
 struct Block<'a, A> {
     q: ArrayView2<'a, A>,
     d_o: ArrayView2<'a, A>,
@@ -380,6 +381,7 @@ struct Block<'a, A> {
     at: (usize, usize),
 }
 
+// ANCHOR_END: backward_step
 /// The inner step of Algorithm 2: recompute the pair's weights from `lse`, then add its terms
 /// to `dV_j`, `dQ_i` and `dK_j`. Five tile products, all written into existing buffers.
 // ANCHOR: backward_step
