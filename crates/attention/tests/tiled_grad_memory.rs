@@ -1,6 +1,7 @@
 //! The tiled backward's memory, counted: this test binary's global allocator keeps the bytes
 //! allocated and their peak, so the test sees everything `tiled_sdpa_backward` allocates
-//! (its gradients, its `D`, its tiles, and the packing buffers of the matrix products).
+//! (its gradients, its `D`, its tiles, and the packing buffers of the matrix products), and
+//! sets it beside the plain backward (`grad::sdpa_backward`), which holds `L × L` matrices.
 //!
 //! One test only: tests of one binary run on parallel threads, and another test's
 //! allocations would be counted too.
@@ -8,6 +9,8 @@
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
+use attention::grad::sdpa_backward;
+use attention::sdpa::sdpa_batched;
 use attention::tiled::{Masking, Tiles};
 use attention::tiled_grad::{tiled_sdpa_backward, tiled_sdpa_with_lse};
 use ndarray::Array4;
@@ -51,6 +54,14 @@ unsafe impl GlobalAlloc for Counting {
 #[global_allocator]
 static ALLOCATOR: Counting = Counting;
 
+/// The most the heap grows above its level before `f`, while `f` runs (its result included).
+fn peak_extra<T>(f: impl FnOnce() -> T) -> (T, usize) {
+    let before = CURRENT.load(Ordering::SeqCst);
+    PEAK.store(before, Ordering::SeqCst);
+    let out = f();
+    (out, PEAK.load(Ordering::SeqCst) - before)
+}
+
 #[test]
 fn the_tiled_backward_holds_its_gradients_d_and_one_pair_of_tiles_per_thread() {
     let (batch, heads, l, d) = (1, 2, 600, 16);
@@ -70,10 +81,7 @@ fn the_tiled_backward_holds_its_gradients_d_and_one_pair_of_tiles_per_thread() {
             tiled_sdpa_backward(&q, &k, &v, Masking::Causal, &out, &lse, &d_o, tiles).unwrap()
         };
         pool.install(run); // the pool's threads start and allocate what they keep
-        let before = CURRENT.load(Ordering::SeqCst);
-        PEAK.store(before, Ordering::SeqCst);
-        let grads = pool.install(run);
-        let peak = PEAK.load(Ordering::SeqCst) - before;
+        let (grads, peak) = pool.install(|| peak_extra(run));
 
         let f64_bytes = std::mem::size_of::<f64>();
         let gradients = (grads.d_q.len() + grads.d_k.len() + grads.d_v.len()) * f64_bytes;
@@ -94,5 +102,18 @@ fn the_tiled_backward_holds_its_gradients_d_and_one_pair_of_tiles_per_thread() {
         );
         // One score matrix, 600² numbers, 2.75 MiB: nothing near it.
         assert!(peak - gradients < l * l * f64_bytes / 20);
+
+        // The plain backward, from the same forward's weights: dP and dS, L² each per head.
+        let p =
+            sdpa_batched(&q, &k, &v, Some(&attention::mask::Mask::causal(l))).unwrap().weights;
+        let (plain, plain_peak) = peak_extra(|| sdpa_backward(&q, &k, &v, &p, &d_o).unwrap());
+        assert!(plain_peak - gradients >= 2 * heads * l * l * f64_bytes);
+        let worst =
+            [(&grads.d_q, &plain.d_q), (&grads.d_k, &plain.d_k), (&grads.d_v, &plain.d_v)]
+                .iter()
+                .flat_map(|(a, b)| a.iter().zip(b.iter()))
+                .map(|(a, b)| (a - b).abs() / (1e-12 + 1e-12 * b.abs()))
+                .fold(0.0, f64::max);
+        assert!(worst <= 1.0, "the two backwards differ: {worst} times the tolerance");
     }
 }
