@@ -164,7 +164,7 @@ fn main() -> Result<(), Box<dyn Error>> {
     let pool = rayon::ThreadPoolBuilder::new().num_threads(cli.threads).build()?;
     let mut rng = StdRng::seed_from_u64(SEED);
     println!(
-        "f32, {HEADS} heads of d = {D}, no mask; tiles {}×{}, {} threads",
+        "f32, {HEADS} heads of d = {D}, no mask; tiles {}×{}, {} thread(s)",
         tiles.block_q, tiles.tile_k, cli.threads
     );
     println!("MiB held beyond the inputs and the gradients (model; measured peak):");
@@ -211,7 +211,7 @@ fn main() -> Result<(), Box<dyn Error>> {
     }
     if cli.timings {
         println!(
-            "\nMedian ms of {} runs after a warm-up, {} threads (the plain backward uses one):",
+            "\nMedian ms of {} runs after a warm-up, {} thread(s) (the plain backward uses one):",
             cli.runs, cli.threads
         );
         println!("     L  plain backward  tiled backward  plain/tiled  tiled forward");

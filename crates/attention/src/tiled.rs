@@ -17,7 +17,9 @@
 //! The extra memory is one `block_q × tile_k` buffer per thread next to the `L_q × d_v`
 //! output, never `L_q × L_k`. The results equal the plain path's up to rounding (the tests
 //! compare them on the PyTorch fixtures within `1e-5` for `f32` and `1e-12` for `f64`); the
-//! weights are never formed, so only the output is returned.
+//! weights are never formed, so only the output is returned (and, for the backward pass of
+//! chapter *Gradients*, each row's log-sum-exp:
+//! [`tiled_sdpa_with_lse`](crate::tiled_grad::tiled_sdpa_with_lse)).
 //!
 //! The work is spread over threads with [rayon]: every (batch, head, query block) is one task.
 //! The products go through ndarray's `general_mat_mul` (the `matrixmultiply` crate), which

@@ -652,5 +652,4 @@ mod tests {
             "tiles has block_q = 0: it must be at least 1"
         );
     }
-
 }
