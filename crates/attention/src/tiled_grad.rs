@@ -117,6 +117,7 @@ impl Tiles {
     /// assert_eq!(tiles.backward_scratch_len(), 2 * 128 * 256);
     /// // 256 KiB of f32 per thread, against 3 · 4096² · 4 bytes = 192 MiB per head.
     /// assert_eq!(tiles.backward_scratch_len() * 4, 256 * 1024);
+    /// assert_eq!(3 * 4096 * 4096 * 4, 192 * 1024 * 1024);
     /// ```
     pub fn backward_scratch_len(&self) -> usize {
         2 * self.scratch_len()
@@ -135,11 +136,11 @@ impl Tiles {
 /// and contributes nothing: its row of `d_q` is zero, and so are the rows of `d_k` and `d_v`
 /// of a key no query sees.
 ///
-/// The results equal [`grad::sdpa_backward`](crate::grad::sdpa_backward)'s up to rounding. One task per (batch, head) matrix
-/// runs on rayon's pool (inside `ThreadPool::install` to choose it); the tiles may differ from
-/// the forward's, though the same tiles recompute exactly the forward's scores. Errors name
-/// the operand and its shape: the forward's errors, plus `output`, `lse` or `d_o` not of the
-/// shapes above.
+/// The results equal [`grad::sdpa_backward`](crate::grad::sdpa_backward)'s up to rounding.
+/// One task per (batch, head) matrix runs on rayon's pool (inside `ThreadPool::install` to
+/// choose it), so the result does not depend on the number of threads; the tiles need not be
+/// the forward's. Errors name the operand and its shape: the forward's errors, plus `output`,
+/// `lse` or `d_o` not of the shapes above.
 ///
 /// ```
 /// use attention::{mask::Mask, sdpa::sdpa_batched};
