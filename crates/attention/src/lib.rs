@@ -51,10 +51,13 @@
 pub mod alibi;
 mod batched;
 pub mod decode;
+pub mod dropout;
 pub mod embeddings;
 pub mod error;
 pub mod float;
 pub mod gqa;
+pub mod learn;
+mod learn_shim;
 pub mod mask;
 pub mod multihead;
 #[rustfmt::skip] // the printed matrices stay one row per line, as the notebooks printed them
