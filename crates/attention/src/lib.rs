@@ -54,6 +54,7 @@ pub mod decode;
 pub mod dropout;
 pub mod embeddings;
 pub mod error;
+pub mod exact;
 pub mod float;
 pub mod gqa;
 pub mod learn;
