@@ -3,57 +3,10 @@
 //! they land. Deleted when they are merged.
 #![allow(missing_docs, dead_code)]
 
-pub mod exact {
-    use ndarray::{Array, ArrayRef, Dimension, IxDyn};
-
-    use crate::error::{AttentionError, Result};
-    use crate::float::Float;
-
-    pub fn matmul<A: Float, D: Dimension>(
-        a: &ArrayRef<A, D>,
-        b: &ArrayRef<A, D>,
-    ) -> Result<Array<A, D>> {
-        let n = a.ndim();
-        let (m, k) = (a.shape()[n - 2], a.shape()[n - 1]);
-        let (k2, p) = (b.shape()[n - 2], b.shape()[n - 1]);
-        if k != k2 {
-            return Err(AttentionError::mismatch("a", k, "b", k2, "n"));
-        }
-        let lead: Vec<usize> = a.shape()[..n - 2].to_vec();
-        let count: usize = lead.iter().product();
-        let a3 = a.to_shape((count, m, k)).unwrap().as_standard_layout().into_owned();
-        let b3 = b.to_shape((count, k, p)).unwrap().as_standard_layout().into_owned();
-        let mut out = ndarray::Array3::<A>::zeros((count, m, p));
-        for c in 0..count {
-            for i in 0..m {
-                for j in 0..p {
-                    let mut acc = A::zero();
-                    for kk in 0..k {
-                        acc = acc + a3[[c, i, kk]] * b3[[c, kk, j]];
-                    }
-                    out[[c, i, j]] = acc;
-                }
-            }
-        }
-        let mut shape = lead;
-        shape.push(m);
-        shape.push(p);
-        Ok(out.into_shape_with_order(IxDyn(&shape)).unwrap().into_dimensionality().unwrap())
-    }
-
-    pub fn exp<A: Float>(x: A) -> A {
-        A::from_f64_lossy(x.to_f64().unwrap().exp())
-    }
-
-    pub fn ln<A: Float>(x: A) -> A {
-        A::from_f64_lossy(x.to_f64().unwrap().ln())
-    }
-}
-
 pub mod grad {
     use ndarray::{Array2, Array3, Array4, ArrayRef3, ArrayRef4, Axis};
 
-    use super::exact::{exp, matmul};
+    use crate::exact::{exp, matmul};
     use crate::error::Result;
     use crate::mask::Mask;
     use crate::multihead::{MultiHeadAttention, merge_heads, split_heads};
