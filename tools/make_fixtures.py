@@ -89,6 +89,35 @@ Layout (every file is a NumPy .npy written by numpy.save):
                                    The layer is computed twice (enable_gqa=True and
                                    repeat_interleave) and the script checks they agree.
 
+  tests/fixtures/grad/<case>/      the backward pass of SDPA: autograd through
+                                   torch.nn.functional.scaled_dot_product_attention
+      q.npy k.npy v.npy            (..., L_q, d_k), (..., L_k, d_k), (..., L_k, d_v)
+      mask.npy causal.npy          as for sdpa_gqa (case_mask); a bool mask.npy alone for the
+                                   cases with a query that sees no key (absent: no mask)
+      do.npy                       (..., L_q, d_v): the gradient of the loss sum(out * do)
+                                   with respect to out
+      out.npy                      (..., L_q, d_v)
+      dq.npy dk.npy dv.npy         the gradients of sum(out * do) with respect to q, k, v
+                                   (out.backward(do)); a query that sees no key has a zero
+                                   row in out and dq (the script asserts it)
+
+  tests/fixtures/grad_mha/<case>/  the backward pass of a multi-head layer, written out in
+                                   torch (mha_layer()) in the book's X . W convention and
+                                   checked against nn.MultiheadAttention(bias=False) given
+                                   in_proj_weight = [W_Q^T; W_K^T; W_V^T], out_proj.weight =
+                                   W_O^T (outputs and all five gradients)
+      x.npy                        (batch, L, d_model)
+      w_q.npy w_k.npy w_v.npy w_o.npy
+                                   (d_model, d_model), X . W convention
+      heads.npy                    int64, shape (1,)
+      mask.npy causal.npy          as for grad; mask.npy is (batch, L, L) for a padding mask
+      dy.npy                       (batch, L, d_model): the gradient of the loss with respect
+                                   to the output
+      out.npy                      (batch, L, d_model)
+      dx.npy dw_q.npy dw_k.npy dw_v.npy dw_o.npy
+                                   the gradients of sum(out * dy) with respect to x and the
+                                   four weights, each the shape of its input
+
 A row whose every key is masked: SDPA's result for it is recorded in
 tests/fixtures/sdpa/README.txt (torch 2.15 returns zeros, the crate's policy as well).
 nn.MultiheadAttention returns NaN for such rows, so the MHA cases have none.
@@ -482,6 +511,125 @@ def part_two():
             gqa_case(name, dtype, d_model, heads, kv_heads, length, batch, base, kind, gen)
 
 
+# --- Part III: gradients ---
+
+
+def grad_case(name, dtype, lead, l_q, l_k, d_k, d_v, mask_kind, gen):
+    dt = DTYPES[dtype]
+
+    def leaf(*shape):
+        return torch.randn(*shape, generator=gen, dtype=torch.float64).to(dt).requires_grad_()
+
+    q, k, v = leaf(*lead, l_q, d_k), leaf(*lead, l_k, d_k), leaf(*lead, l_k, d_v)
+    d_o = torch.randn(*lead, l_q, d_v, generator=gen, dtype=torch.float64).to(dt)
+    if mask_kind == "blind_rows":  # a random bool mask; query 1 (of every matrix) sees no key
+        mask = torch.rand(*lead, l_q, l_k, generator=gen) < 0.6
+        mask[..., 1, :] = False
+        arrays = dict(mask=mask)
+    else:
+        mask, arrays = case_mask(mask_kind, l_q, l_k)
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    out.backward(d_o)
+    if mask_kind == "blind_rows":
+        # PyTorch >= 2.5: a query with no visible key gets a zero output and zero gradients
+        # (a hand-written softmax would give NaN).
+        assert torch.all(out[..., 1, :] == 0) and torch.all(q.grad[..., 1, :] == 0)
+    for t in (out, q.grad, k.grad, v.grad):
+        assert torch.isfinite(t).all()
+    save(ROOT / "grad" / f"{dtype}_{name}", q=q, k=k, v=v, do=d_o, out=out, dq=q.grad,
+         dk=k.grad, dv=v.grad, **arrays)
+
+
+def mha_layer(x, w_q, w_k, w_v, w_o, heads, mask):
+    """x: (batch, L, d_model), weights in the X . W convention, mask broadcasting to
+    (batch, heads, L, L). Each head attends with its d_head columns, scaled by sqrt(d_head)."""
+    d_head = w_q.shape[1] // heads
+
+    def split(y):  # (batch, L, d_model) -> (batch, heads, L, d_head)
+        return y.unflatten(-1, (heads, d_head)).transpose(-3, -2)
+
+    att = F.scaled_dot_product_attention(split(x @ w_q), split(x @ w_k), split(x @ w_v),
+                                         attn_mask=mask)
+    return att.transpose(-3, -2).flatten(-2) @ w_o  # heads side by side, times W_O
+
+
+def grad_mha_case(name, dtype, d_model, heads, batch, length, mask_kind, gen):
+    dt = DTYPES[dtype]
+    bound = 1.0 / math.sqrt(d_model)  # nn.Linear's default range
+
+    def leaf(*shape, scale=1.0):
+        t = torch.rand(*shape, generator=gen, dtype=torch.float64) * 2 - 1
+        return (t * scale).to(dt).requires_grad_()
+
+    w_q, w_k, w_v, w_o = (leaf(d_model, d_model, scale=bound) for _ in range(4))
+    x = torch.randn(batch, length, d_model, generator=gen, dtype=torch.float64).to(dt)
+    x.requires_grad_()
+    d_y = torch.randn(batch, length, d_model, generator=gen, dtype=torch.float64).to(dt)
+    kwargs = {}
+    if mask_kind == "padding":
+        valid = [length - 2 * b for b in range(batch)]
+        key_ok = torch.stack([torch.arange(length) < n for n in valid])  # (batch, L)
+        mask = key_ok[:, None, :].expand(batch, length, length)
+        arrays = dict(mask=mask)
+        sdpa_mask = mask[:, None]  # (batch, 1, L, L): every head of the item
+        kwargs["key_padding_mask"] = ~key_ok  # MHA: True = padding
+    else:
+        mask, arrays = case_mask(mask_kind, length, length)
+        sdpa_mask = mask
+        if mask is not None:
+            kwargs["attn_mask"] = ~mask  # MHA: True = blocked
+    out = mha_layer(x, w_q, w_k, w_v, w_o, heads, sdpa_mask)
+    out.backward(d_y)
+    grads = dict(dx=x.grad, dw_q=w_q.grad, dw_k=w_k.grad, dw_v=w_v.grad, dw_o=w_o.grad)
+
+    # The same layer as nn.MultiheadAttention(bias=False), which stores nn.Linear's (out, in)
+    # layout: in_proj_weight = [W_Q^T; W_K^T; W_V^T], out_proj.weight = W_O^T.
+    mha = torch.nn.MultiheadAttention(d_model, heads, bias=False, batch_first=True, dtype=dt)
+    with torch.no_grad():
+        mha.in_proj_weight.copy_(torch.cat([w_q.T, w_k.T, w_v.T]))
+        mha.out_proj.weight.copy_(w_o.T)
+    x2 = x.detach().clone().requires_grad_()
+    out2, _ = mha(x2, x2, x2, need_weights=False, **kwargs)
+    out2.backward(d_y)
+    d = d_model
+    theirs = dict(dx=x2.grad, dw_q=mha.in_proj_weight.grad[:d].T,
+                  dw_k=mha.in_proj_weight.grad[d : 2 * d].T,
+                  dw_v=mha.in_proj_weight.grad[2 * d :].T, dw_o=mha.out_proj.weight.grad.T)
+    tol = 1e-5 if dtype == "f32" else 1e-12
+    assert torch.allclose(out, out2, rtol=tol, atol=tol)
+    for key, grad in grads.items():
+        assert torch.allclose(grad, theirs[key], rtol=tol, atol=tol), key
+    save(ROOT / "grad_mha" / f"{dtype}_{name}", x=x, w_q=w_q, w_k=w_k, w_v=w_v, w_o=w_o,
+         heads=np.array(heads, dtype=np.int64), dy=d_y, out=out, **grads, **arrays)
+
+
+def part_three():
+    """The Part III fixtures (gradients), from their own generators."""
+    for sub in ("grad", "grad_mha"):
+        shutil.rmtree(ROOT / sub, ignore_errors=True)
+    for dtype in DTYPES:
+        gen = torch.Generator().manual_seed(2026_05_11)
+        # (name, lead, L_q, L_k, d_k, d_v, mask)
+        for args in [
+            ("L5_dk4", (), 5, 5, 4, 4, None),
+            ("causal_L6_dk8_dv5", (), 6, 6, 8, 5, "causal"),
+            ("Lq3_Lk7_dk4_dv2", (), 3, 7, 4, 2, None),
+            ("causal_Lq4_Lk6_dk4", (), 4, 6, 4, 3, "causal"),
+            ("bool_blind_row_Lq5_Lk6", (), 5, 6, 4, 3, "blind_rows"),
+            ("batch2_heads3_L5_dk4", (2, 3), 5, 5, 4, 4, None),
+            ("batch2_heads2_causal_L6", (2, 2), 6, 6, 8, 4, "causal"),
+            ("batch2_heads2_bool_blind_row_Lq4_Lk5", (2, 2), 4, 5, 4, 2, "blind_rows"),
+        ]:
+            name, lead, l_q, l_k, d_k, d_v, kind = args
+            grad_case(name, dtype, lead, l_q, l_k, d_k, d_v, kind, gen)
+        gen = torch.Generator().manual_seed(2026_05_12)
+        for name, d_model, heads, batch, length, kind in [
+            ("d8_h2_batch2_L5_causal", 8, 2, 2, 5, "causal"),
+            ("d12_h3_batch3_L6_padding", 12, 3, 3, 6, "padding"),
+        ]:
+            grad_mha_case(name, dtype, d_model, heads, batch, length, kind, gen)
+
+
 def main():
     for sub in ("sdpa", "mha"):
         shutil.rmtree(ROOT / sub, ignore_errors=True)
@@ -535,6 +683,7 @@ def main():
     (ROOT / "sdpa" / "README.txt").write_text(note)
     print(note)
     part_two()
+    part_three()
 
 
 if __name__ == "__main__":

@@ -46,7 +46,7 @@ use rand::{Rng, SeedableRng, rngs::StdRng};
 use crate::dropout::Dropout;
 use crate::error::{AttentionError, Result};
 use crate::exact;
-use crate::learn_shim::grad::{LayerTape, Train};
+use crate::grad::LayerTape;
 use crate::multihead::MultiHeadAttention;
 use crate::position::add_positions;
 
@@ -1062,7 +1062,9 @@ impl TinyTransformer {
     // ANCHOR_END: model_step
 
     /// Hands `change` a mutable view of every parameter tensor, in the order of
-    /// [`TinyTransformer::parameters`].
+    /// [`TinyTransformer::parameters`]. A [`MultiHeadAttention`] does not lend out its
+    /// weights mutably, so each layer's four matrices are copied out, changed, and put
+    /// back through [`MultiHeadAttention::new`] (which checks their shapes again).
     fn update<F>(&mut self, change: F) -> Result<()>
     where
         F: FnOnce(&mut [ArrayViewMutD<'_, f64>]) -> Result<()>,

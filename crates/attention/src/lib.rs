@@ -21,6 +21,8 @@
 //! | Where is each word? Position | [`alibi`] | [`alibi_slopes`](alibi::alibi_slopes), [`alibi_bias`](alibi::alibi_bias): linear biases on the scores |
 //! | Generating one token at a time | [`gqa`] | [`sdpa_gqa`](gqa::sdpa_gqa), [`GroupedQueryAttention`](gqa::GroupedQueryAttention): `H` query heads sharing `G` key/value heads (MHA, GQA, MQA) |
 //! | Generating one token at a time | [`decode`] | [`KvCache`](decode::KvCache) (full or sliding-window), one decoding step, [`kv_cache_bytes_per_token`](decode::kv_cache_bytes_per_token) |
+//! | Gradients | [`grad`] | [`softmax_backward`](grad::softmax_backward), [`sdpa_backward`](grad::sdpa_backward), [`MultiHeadAttention::backward`](multihead::MultiHeadAttention::backward): the backward pass, by hand |
+//! | Gradients, Watching attention learn | [`exact`] | [`matmul`](exact::matmul) in a fixed order, [`exp`](exact::exp) and [`ln`](exact::ln) from `libm`, [`sdpa`](exact::sdpa): the same bits on every machine |
 //!
 //! Alongside: [`notebooks`] holds the numbers the seed notebooks printed (the tests and the
 //! chapters reproduce them), [`AttentionError`] is the one error type, and [`Float`] is the
@@ -57,8 +59,8 @@ pub mod error;
 pub mod exact;
 pub mod float;
 pub mod gqa;
+pub mod grad;
 pub mod learn;
-mod learn_shim;
 pub mod mask;
 pub mod multihead;
 #[rustfmt::skip] // the printed matrices stay one row per line, as the notebooks printed them
