@@ -98,10 +98,11 @@ impl Dropout {
     /// use rand::{SeedableRng, rngs::StdRng};
     ///
     /// let dropout = Dropout::new(0.5).unwrap();
-    /// let mask: Array4<f64> = dropout.scale_mask((2, 1, 3, 3), &mut StdRng::seed_from_u64(0));
+    /// let shape = (2, 1, 3, 3); // (batch, heads, L, L)
+    /// let mask: Array4<f64> = dropout.scale_mask(shape, &mut StdRng::seed_from_u64(0));
     /// assert_eq!(mask.dim(), (2, 1, 3, 3));
     /// assert!(mask.iter().all(|&m| m == 0.0 || m == 2.0));
-    /// let again: Array4<f64> = dropout.scale_mask((2, 1, 3, 3), &mut StdRng::seed_from_u64(0));
+    /// let again: Array4<f64> = dropout.scale_mask(shape, &mut StdRng::seed_from_u64(0));
     /// assert_eq!(mask, again);
     /// ```
     // ANCHOR: scale_mask
@@ -186,11 +187,13 @@ mod tests {
     /// comes back to `w`, entry by entry, and each row's sum comes back to 1.
     #[test]
     fn dropped_weights_keep_their_expectation() {
-        let weights = array![[0.7, 0.2, 0.1], [0.05, 0.9, 0.05], [1.0 / 3.0, 1.0 / 3.0, 1.0 / 3.0]];
+        let weights =
+            array![[0.7, 0.2, 0.1], [0.05, 0.9, 0.05], [1.0 / 3.0, 1.0 / 3.0, 1.0 / 3.0]];
         let p = 0.3;
         let dropout = Dropout::new(p).unwrap();
         let draws = 20_000;
-        let masks: Array3<f64> = dropout.scale_mask((draws, 3, 3), &mut StdRng::seed_from_u64(7));
+        let masks: Array3<f64> =
+            dropout.scale_mask((draws, 3, 3), &mut StdRng::seed_from_u64(7));
         let mut mean = Array2::<f64>::zeros((3, 3));
         for mask in masks.axis_iter(Axis(0)) {
             mean = mean + apply_scale(&weights, Some(&mask.to_owned())).unwrap();
