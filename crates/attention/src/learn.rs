@@ -16,7 +16,10 @@
 //! at a repeated token is the token that followed its previous occurrence: two layers, a
 //! previous-token head and an induction head). Without positions the reversal cannot be
 //! learned: the layer is permutation-equivariant (chapter *Where is each word?*), so equal
-//! tokens get equal answers, and [`position_blind_ceiling`] bounds what it can score.
+//! tokens get equal answers; [`position_blind_ceiling`] bounds what such a model can score
+//! on a given set, and [`most_common_token_baseline`] is what it can expect. [`weight_on`]
+//! measures how much of a head's attention lands where the answers are
+//! ([`Task::sources`]).
 //!
 //! # Reproducibility
 //!
@@ -1507,6 +1510,56 @@ pub fn position_blind_ceiling(batch: &Batch) -> Score {
 }
 // ANCHOR_END: ceiling
 
+/// The score of a simple position-blind strategy: answer every position of a sequence with
+/// the sequence's most common token (the lowest id on a tie).
+///
+/// For reversal with independent, uniform tokens it is the best any position-blind model
+/// can expect. Such a model answers a function `o(t)` of the token `t` and of the
+/// sequence's bag of tokens, which all orders of the bag share, and every order is equally
+/// likely. Averaged over the orders, the number of positions holding `t` whose mirror holds
+/// `o` is `c_t·c_o/L` (`c_t` = how many times `t` occurs; this counts the middle position
+/// of an odd `L` too), so the expected score is `Σ_t c_t·c_{o(t)}/L²`, largest when every
+/// `o(t)` is the most common token: `c_max/L`. (On a finite set a model can beat an
+/// expectation by luck; [`position_blind_ceiling`] is the bound that always holds.)
+///
+/// ```
+/// use attention::learn::{most_common_token_baseline, Batch, Task};
+///
+/// let task = Task::Reversal { len: 5, vocab: 4 };
+/// let batch = Batch::new(&task, &[vec![0, 1, 2, 1, 0], vec![3, 1, 2, 3, 3]]).unwrap();
+/// // Answer 0 everywhere in the first (2 right: the two 0s mirror each other), 3 in the
+/// // second (its mirror targets are 3, 3, 2, 1, 3).
+/// let score = most_common_token_baseline(&batch);
+/// assert_eq!((score.correct, score.scored), (2 + 3, 10));
+/// ```
+pub fn most_common_token_baseline(batch: &Batch) -> Score {
+    let len = batch.tokens.ncols();
+    let mut score = Score { correct: 0, scored: 0 };
+    for (b, seq) in batch.tokens.rows().into_iter().enumerate() {
+        let mut counts = vec![0usize; seq.iter().max().map_or(0, |&m| m + 1)];
+        for &t in &seq {
+            counts[t] += 1;
+        }
+        let answer = argmax_count(&counts);
+        for target in batch.targets[b * len..(b + 1) * len].iter().flatten() {
+            score.scored += 1;
+            score.correct += usize::from(*target == answer);
+        }
+    }
+    score
+}
+
+/// The index of the largest count (the first one on a tie).
+fn argmax_count(counts: &[usize]) -> usize {
+    let mut best = 0;
+    for (j, &c) in counts.iter().enumerate() {
+        if c > counts[best] {
+            best = j;
+        }
+    }
+    best
+}
+
 /// How much of its attention a head puts where the answers are: the mean of
 /// `weights[i, sources[i]]` over the rows `i` that have a source (see [`Task::sources`]).
 /// 1 means every such row looks only at its answer; a uniform row over `L` keys gives
@@ -2172,6 +2225,9 @@ mod tests {
         // Chance is 1/4; the ceiling is 0.655; the trained model scores 1 and 0.425.
         assert!(acc_with >= 0.99, "{acc_with}");
         assert!(acc_without <= ceiling.accuracy() && acc_without < 0.5, "{acc_without}");
+        // The expected best of a position-blind model: answer the most common token.
+        let baseline = most_common_token_baseline(held_out).accuracy();
+        assert!((acc_without - baseline).abs() < 0.02, "{acc_without} vs {baseline}");
         // The best head's weight on the anti-diagonal: 0.129 at the start (uniform rows
         // would give 1/9), 0.823 at the end; 0.118 without positions.
         let best = |weights: Vec<f64>| weights.into_iter().fold(0.0, f64::max);
@@ -2288,5 +2344,45 @@ mod tests {
         let (first, last) = (induction.evals[0], *induction.evals.last().unwrap());
         assert!(worst > 100.0 && last.loss > 10.0 * first.loss, "{worst} {last:?}");
         assert!(last.score.accuracy() < 0.1, "{last:?}");
+    }
+
+    /// The claim behind [`most_common_token_baseline`], checked by brute force on one bag
+    /// of tokens: over every order of the bag `{0, 0, 1, 2, 2, 2, 3}` (all equally likely),
+    /// the best answer function `o(t)` of a position-blind model (all 4⁴ of them tried)
+    /// scores `c_max/L = 3/7` on average, and answering the most common token does.
+    #[test]
+    fn the_most_common_token_is_the_best_position_blind_answer() {
+        let bag = [0, 0, 1, 2, 2, 2, 3];
+        let mut orders = HashSet::new();
+        let mut order = bag.to_vec();
+        permutations(&mut order, 0, &mut orders);
+        assert_eq!(orders.len(), 420); // 7! / (2!·3!)
+        let task = Task::Reversal { len: 7, vocab: 4 };
+        let mut best = 0.0_f64;
+        for code in 0..256 {
+            let answer = |t: usize| (code >> (2 * t)) & 3; // o(t) for t = 0..4
+            let mut correct = 0;
+            for seq in &orders {
+                let targets = task.targets(seq).unwrap();
+                correct += (0..7).filter(|&i| targets[i] == Some(answer(seq[i]))).count();
+            }
+            best = best.max(correct as f64 / (7 * orders.len()) as f64);
+        }
+        assert!((best - 3.0 / 7.0).abs() < 1e-12, "{best}");
+        let all: Vec<Vec<usize>> = orders.into_iter().collect();
+        let batch = Batch::new(&task, &all).unwrap();
+        assert!((most_common_token_baseline(&batch).accuracy() - 3.0 / 7.0).abs() < 1e-12);
+    }
+
+    fn permutations(seq: &mut Vec<usize>, k: usize, out: &mut HashSet<Vec<usize>>) {
+        if k == seq.len() {
+            out.insert(seq.clone());
+            return;
+        }
+        for i in k..seq.len() {
+            seq.swap(k, i);
+            permutations(seq, k + 1, out);
+            seq.swap(k, i);
+        }
     }
 }
