@@ -593,6 +593,7 @@ pub struct ModelOutput {
 /// let (_, tape) = model.forward_train(&array![[0, 1, 2]], None).unwrap();
 /// assert_eq!(tape.weights(1).dim(), (1, 2, 3, 3));
 /// ```
+#[derive(Debug, Clone)]
 pub struct ModelTape {
     tokens: Array2<usize>,
     layers: Vec<LayerTape<f64>>,
@@ -1434,7 +1435,13 @@ impl Task {
     ) -> Result<Batch> {
         self.check()?;
         let mut sequences = Vec::with_capacity(n);
+        let mut draws = 0usize;
         while sequences.len() < n {
+            draws += 1;
+            if draws > 1000 * (n + 1) {
+                let problem = "almost every sequence drawn is excluded (held out)".into();
+                return Err(invalid("training batch", problem));
+            }
             let seq = self.sequence(rng);
             if !exclude.is_some_and(|set| set.contains(&seq)) {
                 sequences.push(seq);
@@ -1697,6 +1704,28 @@ impl TrainConfig {
         }
     }
 
+    /// Checks the task, the model's shape, and that `batch_size` and `held_out` are at
+    /// least 1 (the learning rate and the dropout probability are checked by [`Adam`] and
+    /// [`Dropout`]).
+    ///
+    /// ```
+    /// use attention::learn::TrainConfig;
+    ///
+    /// assert!(TrainConfig::reversal().check().is_ok());
+    /// let config = TrainConfig { held_out: 0, ..TrainConfig::reversal() };
+    /// assert_eq!(config.check().unwrap_err().to_string(), "held_out: must be at least 1");
+    /// ```
+    pub fn check(&self) -> Result<()> {
+        self.task.check()?;
+        self.model().check()?;
+        for (what, size) in [("batch_size", self.batch_size), ("held_out", self.held_out)] {
+            if size == 0 {
+                return Err(invalid(what, "must be at least 1".into()));
+            }
+        }
+        Ok(())
+    }
+
     /// The model this configuration trains.
     ///
     /// ```
@@ -1801,7 +1830,7 @@ pub struct TrainingRun {
 /// ```
 // ANCHOR: train_loop
 pub fn train(config: &TrainConfig) -> Result<TrainingRun> {
-    config.task.check()?;
+    config.check()?;
     let dropout = Dropout::new(config.dropout)?;
     let mut seeds = StdRng::seed_from_u64(config.seed);
     let [held_seed, init_seed, data_seed, drop_seed] = [(); 4].map(|_| seeds.random::<u64>());
@@ -2182,6 +2211,13 @@ mod tests {
         for row in batch.tokens.rows() {
             assert!(!exclude.contains(&row.to_vec()));
         }
+        // Excluding every sequence there is: an error, not an endless loop.
+        let all: HashSet<Vec<usize>> =
+            (0..8).map(|k| vec![k >> 2 & 1, k >> 1 & 1, k & 1]).collect();
+        let err = task.batch(4, &mut StdRng::seed_from_u64(8), Some(&all)).unwrap_err();
+        assert!(err.to_string().contains("excluded"), "{err}");
+        let config = TrainConfig { task, held_out: 9, ..TrainConfig::reversal() };
+        assert!(train(&config).is_err()); // only 8 distinct sequences exist
     }
 
     fn final_score(run: &TrainingRun) -> Score {
