@@ -21,11 +21,13 @@
 //!   of a loss with respect to the output, it writes the gradients of `sum(O ∘ dO)` with
 //!   respect to Q, K and V (PyTorch's `out.backward(dO)`) to `--dq`, `--dk` and `--dv`
 //!   (at least one of them), each in its input's shape and dtype.
-//! - `--impl plain` computes `sdpa_batched` (the chapters' code, which forms the weights);
-//!   `--impl tiled` computes `tiled_sdpa_batched` (chapter 8: the output without the
-//!   `L_q × L_k` matrix, on every core; `RAYON_NUM_THREADS=N` limits the threads). The
-//!   default is plain when `--weights` or `--png` asks for the weights (only the plain path
-//!   forms them) or when `L_q · L_k < 65536` (256 × 256), and tiled otherwise.
+//! - `--impl plain` computes `sdpa_batched` (the chapters' code, which forms the weights)
+//!   and the gradients with `sdpa_backward`; `--impl tiled` computes `tiled_sdpa_batched`
+//!   (chapter 8: the output without the `L_q × L_k` matrix, on every core;
+//!   `RAYON_NUM_THREADS=N` limits the threads) and the gradients with FlashAttention-2's
+//!   `tiled_sdpa_backward`, without that matrix either. The default is plain when `--weights`
+//!   or `--png` asks for the weights (only the plain path forms them) or when
+//!   `L_q · L_k < 65536` (256 × 256), and tiled otherwise, with or without gradients.
 //! - `--bench N` runs the computation once to warm up, then N more times, and ends the
 //!   summary with the line `median_ms=<number>`: the median time of those N runs for the
 //!   attention computation alone (no file reading or writing), the backward included with

@@ -2197,3 +2197,35 @@ fn appendix_c_shows_what_attend_prints_with_gradients() {
         assert!(worst_excess(&got, &want, 1e-12) <= 1e-12, "{name}");
     }
 }
+
+#[test]
+fn attend_picks_the_path_for_gradients_as_for_the_output() {
+    // Gradients do not change the default: plain below 256 × 256 scores or when the weights
+    // are asked for, tiled otherwise (each path has its backward).
+    let dir = TempDir::new().unwrap();
+    let write = |name: &str, l: usize| {
+        let (x, d_o) = (
+            out_path(&dir, &format!("{name}.npy")),
+            out_path(&dir, &format!("{name}_do.npy")),
+        );
+        write_npy(&x, &d_o_of(&[l, 4], to_f32).mapv(|a| a / 2.0)).unwrap();
+        write_npy(&d_o, &d_o_of(&[l, 4], to_f32)).unwrap();
+        (x, d_o)
+    };
+    let (small, large) = (write("small", 255), write("large", 256));
+    let run = |(x, d_o): &(String, String), extra: &[&str]| {
+        let mut list =
+            args(&["--q", x, "--k", x, "--v", x, "--out", &out_path(&dir, "out.npy")]);
+        list.extend(args(&["--grad-out", d_o, "--dq", &out_path(&dir, "dq.npy")]));
+        list.extend(args(extra));
+        ok(attend_run(&list))
+    };
+    assert!(run(&small, &[]).starts_with("attention (plain) and its backward"));
+    assert!(run(&large, &[]).starts_with("attention (tiled) and its backward"));
+    let weights = out_path(&dir, "w.npy");
+    assert!(run(&large, &["--weights", &weights]).starts_with("attention (plain)"));
+    assert!(run(&small, &["--impl", "tiled"]).starts_with("attention (tiled)"));
+    assert!(
+        run(&large, &["--impl", "plain", "--mask", "causal"]).starts_with("attention (plain)")
+    );
+}

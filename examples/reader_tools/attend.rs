@@ -8,6 +8,7 @@ use attention::grad::{SdpaGrads, sdpa_backward};
 use attention::mask::Mask;
 use attention::sdpa::sdpa_batched;
 use attention::tiled::{Masking, Tiles, tiled_sdpa_batched};
+use attention::tiled_grad::{tiled_sdpa_backward, tiled_sdpa_with_lse};
 use clap::error::ErrorKind;
 use clap::{Parser, ValueEnum};
 use ndarray::{ArrayD, Axis, IxDyn};
@@ -75,12 +76,13 @@ pub struct Cli {
     /// Where to write dV, the gradient with respect to V (V's shape; needs --grad-out)
     #[arg(long, value_name = "DV.npy", requires = "grad_out")]
     pub dv: Option<PathBuf>,
-    /// How to compute. Default: plain when the weights are asked for or a matrix has fewer
-    /// than 256 × 256 scores, else tiled (RAYON_NUM_THREADS=N limits its threads)
+    /// How to compute (the backward too, with --grad-out). Default: plain when the weights are
+    /// asked for or a matrix has fewer than 256 × 256 scores, else tiled (RAYON_NUM_THREADS=N
+    /// limits its threads)
     #[arg(long = "impl", value_name = "IMPL", value_enum)]
     pub implementation: Option<Impl>,
-    /// Time the computation alone: one warm-up, then N runs; the summary ends with
-    /// `median_ms=<number>` (the files are written once)
+    /// Time the computation alone (forward + backward with --grad-out): one warm-up, then N
+    /// runs; the summary ends with `median_ms=<number>` (the files are written once)
     #[arg(long, value_name = "N", value_parser = at_least_one, allow_negative_numbers = true)]
     pub bench: Option<u32>,
 }
@@ -88,15 +90,18 @@ pub struct Cli {
 /// Which implementation computes the attention (`--impl`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum Impl {
-    /// sdpa_batched, which forms the weights (needed for --weights and --png)
+    /// sdpa_batched (and sdpa_backward), which forms the weights (needed for --weights and
+    /// --png)
     Plain,
-    /// tiled_sdpa_batched: the output only, without the L_q × L_k matrix, on every core
+    /// tiled_sdpa_batched (and FlashAttention-2's tiled_sdpa_backward): never forms the
+    /// L_q × L_k matrix, runs on every core
     Tiled,
 }
 
 impl Impl {
     /// `--impl`, or the default: plain when the weights are asked for (only the plain path
-    /// forms them) or when a matrix has fewer than [`TILED_FROM`] scores, tiled otherwise.
+    /// forms them) or when a matrix has fewer than [`TILED_FROM`] scores, tiled otherwise;
+    /// gradients change nothing (each path has its backward).
     fn choose(flag: Option<Impl>, wants_weights: bool, scores: usize) -> Impl {
         match flag {
             Some(choice) => choice,
@@ -114,8 +119,8 @@ impl Impl {
 }
 
 /// Runs the tool on its arguments (the program name first): reads the inputs, attends, writes
-/// OUT (and W, and the PNG); returns the summary (with `--bench`, followed by the timing,
-/// whose last line is `median_ms=<number>`).
+/// OUT (and W, and the PNG, and the gradients); returns the summary (with `--bench`, followed
+/// by the timing, whose last line is `median_ms=<number>`).
 pub fn run(args: Vec<OsString>) -> Result<String, Failure> {
     let cli = Cli::try_parse_from(args)?;
     if let Some(MaskArg::Window(w)) = cli.mask {
@@ -217,6 +222,14 @@ fn load_mask(path: &Path, weights_shape: &[usize]) -> Result<Mask, Failure> {
     Mask::from_array(allowed).map_err(|e| Failure::Data(format!("{}: {e}", path.display())))
 }
 
+/// What the forward pass leaves for the files and for the backward pass: the output, the
+/// weights (the plain path) or each query's log-sum-exp (the tiled path, given dO).
+struct Forward<A> {
+    output: ArrayD<A>,
+    weights: Option<ArrayD<A>>,
+    lse: Option<ArrayD<A>>,
+}
+
 fn attend<A: Float + WritableElement>(
     cli: &Cli,
     q: ArrayD<A>,
@@ -252,8 +265,7 @@ fn attend<A: Float + WritableElement>(
         Some(MaskArg::File(path)) => Some(load_mask(path, &weights_shape)?),
         Some(MaskArg::Window(_)) => unreachable!("run refused --mask window:W"),
     };
-    let implementation =
-        Impl::choose(cli.implementation, cli.written.wants_weights() || d_o.is_some(), l_q * l_k);
+    let implementation = Impl::choose(cli.implementation, cli.written.wants_weights(), l_q * l_k);
     let masking = match (&cli.mask, &mask) {
         (Some(MaskArg::Causal), _) => Masking::Causal,
         (_, Some(mask)) => Masking::Mask(mask),
@@ -262,45 +274,50 @@ fn attend<A: Float + WritableElement>(
     // The computation alone, without file I/O: what --bench times (the backward too when
     // gradients are asked for).
     let forward = || match implementation {
-        Impl::Plain => {
-            sdpa_batched(&q, &k, &v, mask.as_ref()).map(|att| (att.output, Some(att.weights)))
-        }
-        Impl::Tiled => {
-            tiled_sdpa_batched(&q, &k, &v, masking, Tiles::default()).map(|output| (output, None))
-        }
+        Impl::Plain => sdpa_batched(&q, &k, &v, mask.as_ref()).map(|att| Forward {
+            output: att.output,
+            weights: Some(att.weights),
+            lse: None,
+        }),
+        Impl::Tiled if d_o.is_some() => tiled_sdpa_with_lse(&q, &k, &v, masking, Tiles::default())
+            .map(|(output, lse)| Forward { output, weights: None, lse: Some(lse) }),
+        Impl::Tiled => tiled_sdpa_batched(&q, &k, &v, masking, Tiles::default())
+            .map(|output| Forward { output, weights: None, lse: None }),
     };
-    let backward = |weights: Option<&ArrayD<A>>, d_o: &ArrayD<A>| match weights {
-        Some(weights) => sdpa_backward(&q, &k, &v, weights, d_o),
-        // --impl tiled: the plain backward needs the weights the tiled forward never formed.
-        None => sdpa_batched(&q, &k, &v, mask.as_ref())
-            .and_then(|att| sdpa_backward(&q, &k, &v, &att.weights, d_o)),
+    let backward = |forward: &Forward<A>, d_o: &ArrayD<A>| match forward {
+        Forward { weights: Some(weights), .. } => sdpa_backward(&q, &k, &v, weights, d_o),
+        Forward { output, lse: Some(lse), .. } => {
+            tiled_sdpa_backward(&q, &k, &v, masking, output, lse, d_o, Tiles::default())
+        }
+        _ => unreachable!("the tiled forward keeps the log-sum-exp when dO is given"),
     };
-    let (output, weights) = forward().map_err(|e| explain(&e, &files))?;
+    let done = forward().map_err(|e| explain(&e, &files))?;
     let grads: Option<SdpaGrads<A, IxDyn>> = match &d_o {
         None => None,
         Some(d_o) => {
-            if d_o.shape() != output.shape() {
+            if d_o.shape() != done.output.shape() {
                 return Err(Failure::Data(format!(
                     "{}: has shape {} but the output (…, L_q, d_v) has shape {}: dO must \
                      have the output's shape",
                     d_o_path.display(),
                     shape_text(d_o.shape()),
-                    shape_text(output.shape()),
+                    shape_text(done.output.shape()),
                 )));
             }
-            Some(backward(weights.as_ref(), d_o).map_err(|e| explain(&e, &files))?)
+            Some(backward(&done, d_o).map_err(|e| explain(&e, &files))?)
         }
     };
     let median_ms = cli.bench.map(|runs| {
         timing::median_ms(runs as usize, || {
             let forward = forward();
             let grads = match (&forward, &d_o) {
-                (Ok((_, weights)), Some(d_o)) => Some(backward(weights.as_ref(), d_o)),
+                (Ok(forward), Some(d_o)) => Some(backward(forward, d_o)),
                 _ => None,
             };
             (forward, grads)
         })
     });
+    let Forward { output, weights, .. } = done;
 
     let mut outputs = Outputs::new();
     let mut written = vec![format!("output {}", shape_text(output.shape()))];
