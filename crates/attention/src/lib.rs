@@ -23,6 +23,9 @@
 //! | Generating one token at a time | [`decode`] | [`KvCache`](decode::KvCache) (full or sliding-window), one decoding step, [`kv_cache_bytes_per_token`](decode::kv_cache_bytes_per_token) |
 //! | Gradients | [`grad`] | [`softmax_backward`](grad::softmax_backward), [`sdpa_backward`](grad::sdpa_backward), [`MultiHeadAttention::backward`](multihead::MultiHeadAttention::backward): the backward pass, by hand |
 //! | Gradients, Watching attention learn | [`exact`] | [`matmul`](exact::matmul) in a fixed order, [`exp`](exact::exp) and [`ln`](exact::ln) from `libm`, [`sdpa`](exact::sdpa): the same bits on every machine |
+//! | Gradients | [`tiled_grad`] | [`tiled_sdpa_with_lse`](tiled_grad::tiled_sdpa_with_lse), [`tiled_sdpa_backward`](tiled_grad::tiled_sdpa_backward): the FlashAttention-2 backward, weights recomputed tile by tile, no `L_q × L_k` matrix |
+//! | Watching attention learn | [`dropout`] | [`Dropout`](dropout::Dropout), [`apply_scale`](dropout::apply_scale): attention dropout with inverted scaling `1/(1 − p)` |
+//! | Watching attention learn | [`learn`] | [`TinyTransformer`](learn::TinyTransformer), [`cross_entropy`](learn::cross_entropy), [`Adam`](learn::Adam), [`Task`](learn::Task), [`train`](learn::train), [`position_blind_ceiling`](learn::position_blind_ceiling): a tiny model trained by hand |
 //!
 //! Alongside: [`notebooks`] holds the numbers the seed notebooks printed (the tests and the
 //! chapters reproduce them), [`AttentionError`] is the one error type, and [`Float`] is the
@@ -53,12 +56,14 @@
 pub mod alibi;
 mod batched;
 pub mod decode;
+pub mod dropout;
 pub mod embeddings;
 pub mod error;
 pub mod exact;
 pub mod float;
 pub mod gqa;
 pub mod grad;
+pub mod learn;
 pub mod mask;
 pub mod multihead;
 #[rustfmt::skip] // the printed matrices stay one row per line, as the notebooks printed them
@@ -73,6 +78,7 @@ mod shapes;
 pub mod softmax;
 pub mod stats;
 pub mod tiled;
+pub mod tiled_grad;
 
 pub use error::{AttentionError, Result};
 pub use float::Float;
