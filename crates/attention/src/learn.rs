@@ -221,6 +221,9 @@ pub fn readout(
     w: &ArrayRef2<f64>,
     b: &ArrayRef1<f64>,
 ) -> Result<Array2<f64>> {
+    if h.ncols() != w.nrows() {
+        return Err(AttentionError::mismatch("h", h.ncols(), "W", w.nrows(), "d_model"));
+    }
     if b.len() != w.ncols() {
         return Err(AttentionError::mismatch("W", w.ncols(), "b", b.len(), "classes"));
     }
@@ -276,6 +279,18 @@ pub fn readout_backward(
             "d_logits",
             d_logits.nrows(),
             "n",
+        ));
+    }
+    if h.ncols() != w.nrows() {
+        return Err(AttentionError::mismatch("h", h.ncols(), "W", w.nrows(), "d_model"));
+    }
+    if d_logits.ncols() != w.ncols() {
+        return Err(AttentionError::mismatch(
+            "W",
+            w.ncols(),
+            "d_logits",
+            d_logits.ncols(),
+            "classes",
         ));
     }
     let d_w = exact::matmul(&h.t(), d_logits)?; // (d_model, classes)
@@ -991,6 +1006,10 @@ impl TinyTransformer {
     /// ```
     // ANCHOR: model_backward
     pub fn backward(&self, tape: &ModelTape, d_logits: &ArrayRef3<f64>) -> Result<ModelGrads> {
+        if tape.layers.len() != self.layers.len() {
+            let (taped, here) = (tape.layers.len(), self.layers.len());
+            return Err(AttentionError::mismatch("tape", taped, "model", here, "layers"));
+        }
         let (batch, len) = tape.tokens.dim();
         let (vocab, d_model) = (self.config.vocab, self.config.d_model);
         if d_logits.dim() != (batch, len, vocab) {
@@ -2030,6 +2049,13 @@ mod tests {
         assert_close(&finite_differences(&w, |w| loss(&h, w, &b)), &g.d_w, "d_w");
         assert_close(&finite_differences(&b, |b| loss(&h, &w, b)), &g.d_b, "d_b");
         assert!(readout_backward(&h, &w, &c.slice(s![..4, ..])).is_err());
+        // W must have d_model = 4 rows, and as many columns as d_logits.
+        let err = readout(&h, &w.slice(s![..3, ..]), &b).unwrap_err();
+        assert_eq!(err.to_string(), "h has d_model = 4 but W has d_model = 3");
+        let err = readout_backward(&h, &w.slice(s![..3, ..]), &c).unwrap_err();
+        assert_eq!(err.to_string(), "h has d_model = 4 but W has d_model = 3");
+        let err = readout_backward(&h, &w.slice(s![.., ..2]), &c).unwrap_err();
+        assert_eq!(err.to_string(), "W has classes = 2 but d_logits has classes = 3");
     }
 
     fn tiny_model(positions: bool) -> (TinyTransformer, Batch) {
@@ -2086,6 +2112,21 @@ mod tests {
                 assert!(d_positions.row(0).iter().any(|&g| g != 0.0));
             }
         }
+    }
+
+    /// A tape from a model with another number of layers is refused, not cut short.
+    #[test]
+    fn the_backward_checks_the_tapes_layers() {
+        let (model, batch) = tiny_model(true); // two layers
+        let config = ModelConfig { layers: 1, ..model.config().clone() };
+        let one = TinyTransformer::new(&config, &mut StdRng::seed_from_u64(4)).unwrap();
+        let (logits, tape) = one.forward_train(&batch.tokens, None).unwrap();
+        let d_logits = Array3::zeros(logits.dim());
+        let err = model.backward(&tape, &d_logits).unwrap_err();
+        assert_eq!(err.to_string(), "tape has layers = 1 but model has layers = 2");
+        let (_, two_layer_tape) = model.forward_train(&batch.tokens, None).unwrap();
+        assert!(one.backward(&two_layer_tape, &d_logits).is_err());
+        assert!(one.backward(&tape, &d_logits).is_ok());
     }
 
     /// Evaluation mode is the identity: the forward without masks equals, bit for bit, the
