@@ -36,7 +36,7 @@
 //! `model_init`, `model_forward`, `model_backward`, `model_step`, `tasks`, `reversal`,
 //! `induction`, `ceiling`, `accuracy`, `train_loop`.
 
-use std::collections::HashSet;
+use std::collections::BTreeSet;
 
 use ndarray::{
     Array1, Array2, Array3, Array4, ArrayD, ArrayRef1, ArrayRef2, ArrayRef3, ArrayViewD,
@@ -761,6 +761,29 @@ impl Batch {
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
+
+    /// Checks that there is one target per token: `targets.len() = batch · L` (the fields
+    /// are public, so a batch built by hand can break it).
+    ///
+    /// ```
+    /// use attention::learn::Batch;
+    /// use ndarray::array;
+    ///
+    /// let batch = Batch { tokens: array![[0, 1, 2], [2, 1, 0]], targets: vec![None; 5] };
+    /// assert_eq!(
+    ///     batch.check().unwrap_err().to_string(),
+    ///     "targets has shape [5] but batch · L = 2 · 3 = 6 entries were expected"
+    /// );
+    /// ```
+    pub fn check(&self) -> Result<()> {
+        let (b, len) = self.tokens.dim();
+        if self.targets.len() != b * len {
+            let expected =
+                format!("batch · L = {b} · {len} = {} entries were expected", b * len);
+            return Err(AttentionError::shape("targets", &[self.targets.len()], &expected));
+        }
+        Ok(())
+    }
 }
 
 fn uniform_matrix(rows: usize, cols: usize, a: f64, rng: &mut StdRng) -> Array2<f64> {
@@ -1305,7 +1328,8 @@ impl Task {
     }
 
     /// Checks the settings: `len ≥ 1`, `vocab ≥ 2`; for induction also
-    /// `2 ≤ prefix ≤ vocab` and `len − prefix ≤ prefix − 1` (enough distinct queries).
+    /// `2 ≤ prefix ≤ vocab`, `prefix < len` (at least one query, so that something is
+    /// scored) and `len − prefix ≤ prefix − 1` (enough distinct queries).
     ///
     /// ```
     /// use attention::learn::Task;
@@ -1315,6 +1339,12 @@ impl Task {
     /// assert_eq!(
     ///     err.to_string(),
     ///     "induction task: len − prefix = 6 queries need prefix ≥ 7, but prefix = 6"
+    /// );
+    /// let err = Task::Induction { len: 8, vocab: 16, prefix: 8 }.check().unwrap_err();
+    /// assert_eq!(
+    ///     err.to_string(),
+    ///     "induction task: prefix = 8 must be at least 2, at most vocab = 16 and below \
+    ///      len = 8"
     /// );
     /// ```
     pub fn check(&self) -> Result<()> {
@@ -1330,8 +1360,11 @@ impl Task {
         }
         if let Task::Induction { prefix, .. } = *self {
             let what = "induction task";
-            if !(2..=vocab).contains(&prefix) || prefix > len {
-                let problem = format!("prefix = {prefix} must be in 2..=min(vocab, len)");
+            if !(2..=vocab).contains(&prefix) || prefix >= len {
+                let problem = format!(
+                    "prefix = {prefix} must be at least 2, at most vocab = {vocab} and \
+                     below len = {len}"
+                );
                 return Err(invalid_setting(what, problem));
             }
             if len - prefix > prefix - 1 {
@@ -1411,19 +1444,23 @@ impl Task {
     ///
     /// Reversal: `L` tokens, each `rng.random_range(0..vocab)`. Induction: the prefix is
     /// the first `prefix` entries of a shuffle of `0..vocab`; the queries are the first
-    /// `len − prefix` entries of a shuffle of the prefix's positions `0..prefix − 1`.
+    /// `len − prefix` entries of a shuffle of the prefix's positions `0..prefix − 1`. An
+    /// error when the settings fail [`Task::check`].
     ///
     /// ```
     /// use attention::learn::Task;
     /// use rand::{SeedableRng, rngs::StdRng};
     ///
     /// let task = Task::Induction { len: 10, vocab: 12, prefix: 6 };
-    /// let seq = task.sequence(&mut StdRng::seed_from_u64(3));
+    /// let seq = task.sequence(&mut StdRng::seed_from_u64(3)).unwrap();
     /// let scored = task.targets(&seq).unwrap().iter().flatten().count();
     /// assert_eq!((seq.len(), scored), (10, 4)); // every query is scored
+    /// let no_prefix = Task::Induction { len: 10, vocab: 12, prefix: 0 };
+    /// assert!(no_prefix.sequence(&mut StdRng::seed_from_u64(3)).is_err());
     /// ```
-    pub fn sequence<R: Rng + ?Sized>(&self, rng: &mut R) -> Vec<usize> {
-        match *self {
+    pub fn sequence<R: Rng + ?Sized>(&self, rng: &mut R) -> Result<Vec<usize>> {
+        self.check()?;
+        Ok(match *self {
             Task::Reversal { len, vocab } => {
                 (0..len).map(|_| rng.random_range(0..vocab)).collect()
             }
@@ -1438,7 +1475,7 @@ impl Task {
                 tokens.extend(queries);
                 tokens
             }
-        }
+        })
     }
 
     /// `n` random sequences and their targets; sequences in `exclude` (the held-out set)
@@ -1456,7 +1493,7 @@ impl Task {
         &self,
         n: usize,
         rng: &mut R,
-        exclude: Option<&HashSet<Vec<usize>>>,
+        exclude: Option<&BTreeSet<Vec<usize>>>,
     ) -> Result<Batch> {
         self.check()?;
         let mut sequences = Vec::with_capacity(n);
@@ -1467,7 +1504,7 @@ impl Task {
                 let problem = "almost every sequence drawn is excluded (held out)".into();
                 return Err(invalid_setting("training batch", problem));
             }
-            let seq = self.sequence(rng);
+            let seq = self.sequence(rng)?;
             if !exclude.is_some_and(|set| set.contains(&seq)) {
                 sequences.push(seq);
             }
@@ -1478,22 +1515,24 @@ impl Task {
     /// A fixed input whose attention the chapter draws: reversal, the tokens `i mod vocab`;
     /// induction, the prefix `0, 1, …, prefix − 1` followed by the queries
     /// `0, 1, …, len − prefix − 1` in order (so the right pattern is easy to read: a
-    /// diagonal stripe).
+    /// diagonal stripe). An error when the settings fail [`Task::check`].
     ///
     /// ```
     /// use attention::learn::Task;
     ///
-    /// assert_eq!(Task::Reversal { len: 5, vocab: 4 }.probe(), [0, 1, 2, 3, 0]);
+    /// assert_eq!(Task::Reversal { len: 5, vocab: 4 }.probe().unwrap(), [0, 1, 2, 3, 0]);
     /// let induction = Task::Induction { len: 7, vocab: 8, prefix: 4 };
-    /// assert_eq!(induction.probe(), [0, 1, 2, 3, 0, 1, 2]);
+    /// assert_eq!(induction.probe().unwrap(), [0, 1, 2, 3, 0, 1, 2]);
+    /// assert!(Task::Induction { len: 7, vocab: 8, prefix: 9 }.probe().is_err());
     /// ```
-    pub fn probe(&self) -> Vec<usize> {
-        match *self {
+    pub fn probe(&self) -> Result<Vec<usize>> {
+        self.check()?;
+        Ok(match *self {
             Task::Reversal { len, vocab } => (0..len).map(|i| i % vocab).collect(),
             Task::Induction { len, prefix, .. } => {
                 (0..prefix).chain(0..len - prefix).collect()
             }
-        }
+        })
     }
 }
 
@@ -1503,20 +1542,22 @@ impl Task {
 /// sequence holding the same token are the same row all the way through and get the same
 /// answer. For each sequence and each token `t` in it, the best that one answer can do is
 /// the most common target among the scored positions holding `t`:
-/// `Σ_t max_o #{i : x_i = t, target_i = o}`, summed over the sequences.
+/// `Σ_t max_o #{i : x_i = t, target_i = o}`, summed over the sequences. An error when the
+/// batch fails [`Batch::check`].
 ///
 /// ```
 /// use attention::learn::{position_blind_ceiling, Batch, Task};
 ///
 /// let task = Task::Reversal { len: 5, vocab: 4 };
 /// // 0 1 2 1 0 is its own reverse: every position can be right.
-/// // 0 1 2 3 1: the two 1s want 3 and 1; the 0 wants 1, 2 is the middle, 3 wants 1.
+/// // 0 1 2 3 1: the two 1s want 3 and 0; the 0 wants 1, 2 is the middle, 3 wants 1.
 /// let batch = Batch::new(&task, &[vec![0, 1, 2, 1, 0], vec![0, 1, 2, 3, 1]]).unwrap();
-/// let ceiling = position_blind_ceiling(&batch);
+/// let ceiling = position_blind_ceiling(&batch).unwrap();
 /// assert_eq!((ceiling.correct, ceiling.scored), (5 + 4, 10));
 /// ```
 // ANCHOR: ceiling
-pub fn position_blind_ceiling(batch: &Batch) -> Score {
+pub fn position_blind_ceiling(batch: &Batch) -> Result<Score> {
+    batch.check()?; // one target per token
     let len = batch.tokens.ncols();
     let mut score = Score { correct: 0, scored: 0 };
     for (b, seq) in batch.tokens.rows().into_iter().enumerate() {
@@ -1538,21 +1579,31 @@ pub fn position_blind_ceiling(batch: &Batch) -> Score {
             score.correct += best;
         }
     }
-    score
+    Ok(score)
 }
 // ANCHOR_END: ceiling
 
 /// The score of a simple position-blind strategy: answer every position of a sequence with
-/// the sequence's most common token (the lowest id on a tie).
+/// the sequence's most common token (the lowest id on a tie). It is computed the same way
+/// for any batch, task and `L`; an error only when the batch fails [`Batch::check`].
 ///
-/// For reversal with independent, uniform tokens it is the best any position-blind model
-/// can expect. Such a model answers a function `o(t)` of the token `t` and of the
-/// sequence's bag of tokens, which all orders of the bag share, and every order is equally
-/// likely. Averaged over the orders, the number of positions holding `t` whose mirror holds
-/// `o` is `c_t·c_o/L` (`c_t` = how many times `t` occurs; this counts the middle position
-/// of an odd `L` too), so the expected score is `Σ_t c_t·c_{o(t)}/L²`, largest when every
-/// `o(t)` is the most common token: `c_max/L`. (On a finite set a model can beat an
-/// expectation by luck; [`position_blind_ceiling`] is the bound that always holds.)
+/// For reversal with an **odd** `L` and independent, uniform tokens it is the best any
+/// position-blind model can expect. Such a model answers a function `o(t)` of the token `t`
+/// and of the sequence's bag of tokens, which all orders of the bag share, and every order
+/// is equally likely. With `c_t` = how many times `t` occurs, a position other than the
+/// middle holds `t` while its mirror holds `o` with probability
+/// `c_t·(c_o − [o = t])/(L·(L − 1))`; the middle of an odd `L` is its own mirror and holds
+/// `t` with probability `c_t/L`. Summed over the `L − 1` others and the middle, the
+/// expected number of positions holding `t` whose mirror holds `o` is `c_t·c_o/L`, so the
+/// expected score is `Σ_t c_t·c_{o(t)}/L²`, largest when every `o(t)` is the most common
+/// token: `c_max/L`.
+///
+/// For an **even** `L` there is no middle and that count is `c_t·(c_o − [o = t])/(L − 1)`:
+/// a token's own copies count one less, and answering another token can do better. On the
+/// bag `{0, 0, 1, 1}` this strategy expects 1/2 (`c_max/L`), while answering `1 − t`
+/// expects 2/3. The function then still returns this strategy's score, which is no longer
+/// the best expectation. (On a finite set a model can also beat an expectation by luck;
+/// [`position_blind_ceiling`] is the bound that always holds.)
 ///
 /// ```
 /// use attention::learn::{most_common_token_baseline, Batch, Task};
@@ -1561,35 +1612,36 @@ pub fn position_blind_ceiling(batch: &Batch) -> Score {
 /// let batch = Batch::new(&task, &[vec![0, 1, 2, 1, 0], vec![3, 1, 2, 3, 3]]).unwrap();
 /// // Answer 0 everywhere in the first (2 right: the two 0s mirror each other), 3 in the
 /// // second (its mirror targets are 3, 3, 2, 1, 3).
-/// let score = most_common_token_baseline(&batch);
+/// let score = most_common_token_baseline(&batch).unwrap();
 /// assert_eq!((score.correct, score.scored), (2 + 3, 10));
 /// ```
-pub fn most_common_token_baseline(batch: &Batch) -> Score {
+pub fn most_common_token_baseline(batch: &Batch) -> Result<Score> {
+    batch.check()?;
     let len = batch.tokens.ncols();
     let mut score = Score { correct: 0, scored: 0 };
     for (b, seq) in batch.tokens.rows().into_iter().enumerate() {
-        let mut counts = vec![0usize; seq.iter().max().map_or(0, |&m| m + 1)];
-        for &t in &seq {
-            counts[t] += 1;
-        }
-        let answer = argmax_count(&counts);
+        let answer = most_common(seq.iter().copied());
         for target in batch.targets[b * len..(b + 1) * len].iter().flatten() {
             score.scored += 1;
             score.correct += usize::from(*target == answer);
         }
     }
-    score
+    Ok(score)
 }
 
-/// The index of the largest count (the first one on a tie).
-fn argmax_count(counts: &[usize]) -> usize {
-    let mut best = 0;
-    for (j, &c) in counts.iter().enumerate() {
-        if c > counts[best] {
-            best = j;
+/// The most common token of `tokens` (the lowest id on a tie; 0 when empty).
+fn most_common(tokens: impl IntoIterator<Item = usize>) -> usize {
+    let mut sorted: Vec<usize> = tokens.into_iter().collect();
+    sorted.sort_unstable(); // equal tokens are adjacent, lower ids first
+    let (mut answer, mut most, mut i) = (0, 0, 0);
+    while i < sorted.len() {
+        let run = sorted[i..].iter().take_while(|&&t| t == sorted[i]).count();
+        if run > most {
+            (answer, most) = (sorted[i], run);
         }
+        i += run;
     }
-    best
+    answer
 }
 
 /// How much of its attention a head puts where the answers are: the mean of
@@ -1860,14 +1912,14 @@ pub fn train(config: &TrainConfig) -> Result<TrainingRun> {
     let mut seeds = StdRng::seed_from_u64(config.seed);
     let [held_seed, init_seed, data_seed, drop_seed] = [(); 4].map(|_| seeds.random::<u64>());
     let held_out = held_out_set(config, &mut StdRng::seed_from_u64(held_seed))?;
-    let exclude: HashSet<Vec<usize>> =
+    let exclude: BTreeSet<Vec<usize>> =
         held_out.tokens.rows().into_iter().map(|r| r.to_vec()).collect();
     let mut model =
         TinyTransformer::new(&config.model(), &mut StdRng::seed_from_u64(init_seed))?;
     let mut adam = Adam::new(config.lr)?;
     let (mut data, mut drops) =
         (StdRng::seed_from_u64(data_seed), StdRng::seed_from_u64(drop_seed));
-    let probe = Batch::new(&config.task, &[config.task.probe()])?;
+    let probe = Batch::new(&config.task, &[config.task.probe()?])?;
     let mut run = Recorder {
         config,
         held_out: &held_out,
@@ -1888,13 +1940,13 @@ pub fn train(config: &TrainConfig) -> Result<TrainingRun> {
         run.record(&model, step)?;
     }
     let (evals, snapshots) = (run.evals, run.snapshots);
-    Ok(TrainingRun { losses, evals, snapshots, probe: config.task.probe(), held_out, model })
+    Ok(TrainingRun { losses, evals, snapshots, probe: config.task.probe()?, held_out, model })
 }
 // ANCHOR_END: train_loop
 
 /// `held_out` distinct sequences of the task.
 fn held_out_set(config: &TrainConfig, rng: &mut StdRng) -> Result<Batch> {
-    let mut seen = HashSet::new();
+    let mut seen = BTreeSet::new();
     let mut sequences = Vec::with_capacity(config.held_out);
     let mut attempts = 0usize;
     while sequences.len() < config.held_out {
@@ -1903,7 +1955,7 @@ fn held_out_set(config: &TrainConfig, rng: &mut StdRng) -> Result<Batch> {
             let problem = format!("could not draw {} distinct sequences", config.held_out);
             return Err(invalid_setting("held-out set", problem));
         }
-        let seq = config.task.sequence(rng);
+        let seq = config.task.sequence(rng)?;
         if seen.insert(seq.clone()) {
             sequences.push(seq);
         }
@@ -1944,7 +1996,7 @@ impl Recorder<'_> {
 mod tests {
     use super::*;
     use ndarray::{Array, Dimension, array};
-    use std::collections::HashMap;
+    use std::collections::BTreeMap;
 
     /// `|a − b| ≤ atol + rtol·|b|` with rtol = 1e-6. The finite differences below are central
     /// with a step of 1e-6 (times the entry's size when that is above 1), on losses of order
@@ -2197,11 +2249,11 @@ mod tests {
     fn tasks_draw_what_they_promise() {
         let mut rng = StdRng::seed_from_u64(6);
         let task = Task::Induction { len: 14, vocab: 16, prefix: 8 };
-        let mut answer_positions = HashSet::new();
+        let mut answer_positions = BTreeSet::new();
         for _ in 0..200 {
-            let seq = task.sequence(&mut rng);
-            let prefix: HashSet<usize> = seq[..8].iter().copied().collect();
-            let queries: HashSet<usize> = seq[8..].iter().copied().collect();
+            let seq = task.sequence(&mut rng).unwrap();
+            let prefix: BTreeSet<usize> = seq[..8].iter().copied().collect();
+            let queries: BTreeSet<usize> = seq[8..].iter().copied().collect();
             assert_eq!((prefix.len(), queries.len()), (8, 6)); // distinct, both parts
             assert!(queries.is_subset(&prefix) && !queries.contains(&seq[7]));
             let targets = task.targets(&seq).unwrap();
@@ -2223,6 +2275,45 @@ mod tests {
         assert!(Task::Reversal { len: 3, vocab: 2 }.targets(&[0, 2, 1]).is_err());
     }
 
+    /// Settings that would panic (an empty range, an overflow) or train on nothing are
+    /// errors, from every function that draws or builds a sequence.
+    #[test]
+    fn bad_task_settings_are_errors_not_panics() {
+        let rng = &mut StdRng::seed_from_u64(6);
+        for task in [
+            Task::Reversal { len: 3, vocab: 0 },
+            Task::Reversal { len: 0, vocab: 3 },
+            Task::Induction { len: 6, vocab: 8, prefix: 0 },
+            Task::Induction { len: 6, vocab: 8, prefix: 9 },
+            Task::Induction { len: 6, vocab: 4, prefix: 5 },
+            Task::Induction { len: 6, vocab: 8, prefix: 6 }, // no query: nothing scored
+        ] {
+            assert!(task.check().is_err(), "{task:?}");
+            assert!(task.sequence(rng).is_err(), "{task:?}");
+            assert!(task.probe().is_err(), "{task:?}");
+            assert!(task.batch(2, rng, None).is_err(), "{task:?}");
+            assert!(train(&TrainConfig { task, ..TrainConfig::reversal() }).is_err());
+        }
+        // One query is the least: len = prefix + 1.
+        let task = Task::Induction { len: 7, vocab: 8, prefix: 6 };
+        assert_eq!(task.probe().unwrap(), [0, 1, 2, 3, 4, 5, 0]);
+        assert_eq!(task.sequence(rng).unwrap().len(), 7);
+    }
+
+    /// A batch built by hand with the wrong number of targets is an error for both
+    /// position-blind scores, not an out-of-bounds panic.
+    #[test]
+    fn the_position_blind_scores_check_the_batch() {
+        let expected = "targets has shape [4] but batch · L = 2 · 3 = 6 entries were expected";
+        let short = Batch { tokens: array![[0, 1, 2], [2, 1, 0]], targets: vec![Some(0); 4] };
+        assert_eq!(position_blind_ceiling(&short).unwrap_err().to_string(), expected);
+        assert_eq!(most_common_token_baseline(&short).unwrap_err().to_string(), expected);
+        // Any token ids are fine: the counts do not index by id.
+        let huge = Batch { tokens: array![[usize::MAX, 7, 7]], targets: vec![Some(7); 3] };
+        assert_eq!(most_common_token_baseline(&huge).unwrap().correct, 3);
+        assert_eq!(position_blind_ceiling(&huge).unwrap().correct, 3);
+    }
+
     /// The ceiling against a plain count: per sequence, group the scored positions by
     /// token, keep the most common target of each group.
     #[test]
@@ -2231,35 +2322,35 @@ mod tests {
         let batch = task.batch(300, &mut StdRng::seed_from_u64(7), None).unwrap();
         let mut expected = 0;
         for (b, seq) in batch.tokens.rows().into_iter().enumerate() {
-            let mut counts: HashMap<(usize, usize), usize> = HashMap::new();
+            let mut counts: BTreeMap<(usize, usize), usize> = BTreeMap::new();
             for (i, &t) in seq.iter().enumerate() {
                 *counts.entry((t, batch.targets[b * 7 + i].unwrap())).or_default() += 1;
             }
-            let mut best: HashMap<usize, usize> = HashMap::new();
+            let mut best: BTreeMap<usize, usize> = BTreeMap::new();
             for ((t, _), n) in counts {
                 let e = best.entry(t).or_default();
                 *e = (*e).max(n);
             }
             expected += best.values().sum::<usize>();
         }
-        let ceiling = position_blind_ceiling(&batch);
+        let ceiling = position_blind_ceiling(&batch).unwrap();
         assert_eq!((ceiling.correct, ceiling.scored), (expected, 300 * 7));
         // A palindrome can be answered fully; distinct tokens too (each token once).
         let easy = Batch::new(&task, &[vec![0, 1, 2, 0, 2, 1, 0]]).unwrap();
-        assert_eq!(position_blind_ceiling(&easy).correct, 7);
+        assert_eq!(position_blind_ceiling(&easy).unwrap().correct, 7);
     }
 
     /// Training never sees a held-out sequence.
     #[test]
     fn training_batches_avoid_the_held_out_set() {
         let task = Task::Reversal { len: 3, vocab: 2 }; // only 8 sequences exist
-        let exclude: HashSet<Vec<usize>> = [vec![0, 0, 0], vec![1, 0, 1]].into();
+        let exclude: BTreeSet<Vec<usize>> = [vec![0, 0, 0], vec![1, 0, 1]].into();
         let batch = task.batch(500, &mut StdRng::seed_from_u64(8), Some(&exclude)).unwrap();
         for row in batch.tokens.rows() {
             assert!(!exclude.contains(&row.to_vec()));
         }
         // Excluding every sequence there is: an error, not an endless loop.
-        let all: HashSet<Vec<usize>> =
+        let all: BTreeSet<Vec<usize>> =
             (0..8).map(|k| vec![k >> 2 & 1, k >> 1 & 1, k & 1]).collect();
         let err = task.batch(4, &mut StdRng::seed_from_u64(8), Some(&all)).unwrap_err();
         assert!(err.to_string().contains("excluded"), "{err}");
@@ -2282,7 +2373,7 @@ mod tests {
         let without = train(&config).unwrap();
         assert_eq!(with.held_out, without.held_out);
         let held_out = &with.held_out;
-        let ceiling = position_blind_ceiling(held_out);
+        let ceiling = position_blind_ceiling(held_out).unwrap();
         for eval in &without.evals {
             assert!(eval.score.correct <= ceiling.correct, "step {}", eval.step);
         }
@@ -2309,7 +2400,7 @@ mod tests {
         assert!(acc_with >= 0.99, "{acc_with}");
         assert!(acc_without <= ceiling.accuracy() && acc_without < 0.5, "{acc_without}");
         // The expected best of a position-blind model: answer the most common token.
-        let baseline = most_common_token_baseline(held_out).accuracy();
+        let baseline = most_common_token_baseline(held_out).unwrap().accuracy();
         assert!((acc_without - baseline).abs() < 0.02, "{acc_without} vs {baseline}");
         // The best head's weight on the anti-diagonal: 0.129 at the start (uniform rows
         // would give 1/9), 0.823 at the end; 0.118 without positions.
@@ -2429,35 +2520,48 @@ mod tests {
         assert!(last.score.accuracy() < 0.1, "{last:?}");
     }
 
-    /// The claim behind [`most_common_token_baseline`], checked by brute force on one bag
-    /// of tokens: over every order of the bag `{0, 0, 1, 2, 2, 2, 3}` (all equally likely),
-    /// the best answer function `o(t)` of a position-blind model (all 4⁴ of them tried)
-    /// scores `c_max/L = 3/7` on average, and answering the most common token does.
-    #[test]
-    fn the_most_common_token_is_the_best_position_blind_answer() {
-        let bag = [0, 0, 1, 2, 2, 2, 3];
-        let mut orders = HashSet::new();
-        let mut order = bag.to_vec();
-        permutations(&mut order, 0, &mut orders);
-        assert_eq!(orders.len(), 420); // 7! / (2!·3!)
-        let task = Task::Reversal { len: 7, vocab: 4 };
+    /// Over every order of `bag` (all equally likely, as for independent uniform tokens):
+    /// the best expected reversal score of a position-blind answer function `o(t)` (all
+    /// `vocab^vocab` of them tried), and what answering the most common token scores.
+    fn position_blind_expectations(bag: &[usize], vocab: usize) -> (f64, f64) {
+        let mut orders = BTreeSet::new();
+        permutations(&mut bag.to_vec(), 0, &mut orders);
+        let len = bag.len();
+        let task = Task::Reversal { len, vocab };
         let mut best = 0.0_f64;
-        for code in 0..256 {
-            let answer = |t: usize| (code >> (2 * t)) & 3; // o(t) for t = 0..4
+        for code in 0..vocab.pow(vocab as u32) {
+            let answer = |t: usize| code / vocab.pow(t as u32) % vocab; // digit t of code
             let mut correct = 0;
             for seq in &orders {
                 let targets = task.targets(seq).unwrap();
-                correct += (0..7).filter(|&i| targets[i] == Some(answer(seq[i]))).count();
+                correct += (0..len).filter(|&i| targets[i] == Some(answer(seq[i]))).count();
             }
-            best = best.max(correct as f64 / (7 * orders.len()) as f64);
+            best = best.max(correct as f64 / (len * orders.len()) as f64);
         }
-        assert!((best - 3.0 / 7.0).abs() < 1e-12, "{best}");
         let all: Vec<Vec<usize>> = orders.into_iter().collect();
         let batch = Batch::new(&task, &all).unwrap();
-        assert!((most_common_token_baseline(&batch).accuracy() - 3.0 / 7.0).abs() < 1e-12);
+        (best, most_common_token_baseline(&batch).unwrap().accuracy())
     }
 
-    fn permutations(seq: &mut Vec<usize>, k: usize, out: &mut HashSet<Vec<usize>>) {
+    /// The claim behind [`most_common_token_baseline`], by brute force. Odd `L`: over the
+    /// 420 orders of `{0, 0, 1, 2, 2, 2, 3}` the best answer function scores `c_max/L =
+    /// 3/7`, and so does answering the most common token. Even `L`: on `{0, 0, 1, 1}` the
+    /// claim fails, as the doc comment says: the best is `2/3` (answer `1 − t`), the
+    /// strategy and `c_max/L` are `1/2`.
+    #[test]
+    fn the_most_common_token_is_the_best_position_blind_answer_for_odd_l() {
+        let mut orders = BTreeSet::new();
+        permutations(&mut vec![0, 0, 1, 2, 2, 2, 3], 0, &mut orders);
+        assert_eq!(orders.len(), 420); // 7! / (2!·3!)
+        let (best, baseline) = position_blind_expectations(&[0, 0, 1, 2, 2, 2, 3], 4);
+        assert!((best - 3.0 / 7.0).abs() < 1e-12, "{best}");
+        assert!((baseline - 3.0 / 7.0).abs() < 1e-12, "{baseline}");
+        let (best, baseline) = position_blind_expectations(&[0, 0, 1, 1], 2);
+        assert!((best - 2.0 / 3.0).abs() < 1e-12, "{best}");
+        assert!((baseline - 2.0 / 4.0).abs() < 1e-12, "{baseline}");
+    }
+
+    fn permutations(seq: &mut Vec<usize>, k: usize, out: &mut BTreeSet<Vec<usize>>) {
         if k == seq.len() {
             out.insert(seq.clone());
             return;
