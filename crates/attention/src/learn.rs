@@ -612,7 +612,7 @@ pub struct ModelOutput {
 ///                            positions: false };
 /// let model = TinyTransformer::new(&config, &mut StdRng::seed_from_u64(0)).unwrap();
 /// let (_, tape) = model.forward_train(&array![[0, 1, 2]], None).unwrap();
-/// assert_eq!(tape.weights(1).dim(), (1, 2, 3, 3));
+/// assert_eq!(tape.weights(1).unwrap().dim(), (1, 2, 3, 3));
 /// ```
 #[derive(Debug, Clone)]
 pub struct ModelTape {
@@ -623,7 +623,7 @@ pub struct ModelTape {
 
 impl ModelTape {
     /// The attention weights of layer `layer` (from 0), `(batch, heads, L, L)`, before
-    /// dropout. Panics if there is no such layer.
+    /// dropout; `None` if there is no such layer.
     ///
     /// ```
     /// use attention::learn::{ModelConfig, TinyTransformer};
@@ -634,10 +634,11 @@ impl ModelTape {
     ///                            positions: true };
     /// let model = TinyTransformer::new(&config, &mut StdRng::seed_from_u64(0)).unwrap();
     /// let (_, tape) = model.forward_train(&array![[2, 1]], None).unwrap();
-    /// assert_eq!(tape.weights(0).dim(), (1, 1, 2, 2));
+    /// assert_eq!(tape.weights(0).unwrap().dim(), (1, 1, 2, 2));
+    /// assert!(tape.weights(1).is_none()); // one layer only
     /// ```
-    pub fn weights(&self, layer: usize) -> &Array4<f64> {
-        self.layers[layer].weights()
+    pub fn weights(&self, layer: usize) -> Option<&Array4<f64>> {
+        self.layers.get(layer).map(LayerTape::weights)
     }
 }
 
@@ -2204,7 +2205,7 @@ mod tests {
         let (dropped, tape) = model.forward_train(&batch.tokens, Some(&half)).unwrap();
         assert!((&dropped - &plain.logits).iter().any(|d| d.abs() > 1e-3));
         // The tape keeps the weights before dropout: the same as in evaluation mode.
-        assert_eq!(tape.weights(0), &plain.weights[0]);
+        assert_eq!(tape.weights(0), Some(&plain.weights[0]));
         let wrong = model.dropout_masks(
             &Dropout::new(0.5).unwrap(),
             2,
@@ -2397,7 +2398,12 @@ mod tests {
                 .collect()
         };
         // Chance is 1/4; the ceiling is 0.655; the trained model scores 1 and 0.425.
-        assert!(acc_with >= 0.99, "{acc_with}");
+        let three = |x: f64| format!("{x:.3}");
+        assert_eq!(
+            [ceiling.accuracy(), acc_with, acc_without].map(three),
+            ["0.655", "1.000", "0.425"]
+        );
+        assert_eq!(acc_with, 1.0); // every held-out position right, not just rounded to 1
         assert!(acc_without <= ceiling.accuracy() && acc_without < 0.5, "{acc_without}");
         // The expected best of a position-blind model: answer the most common token.
         let baseline = most_common_token_baseline(held_out).unwrap().accuracy();
@@ -2405,6 +2411,8 @@ mod tests {
         // The best head's weight on the anti-diagonal: 0.129 at the start (uniform rows
         // would give 1/9), 0.823 at the end; 0.118 without positions.
         let best = |weights: Vec<f64>| weights.into_iter().fold(0.0, f64::max);
+        let diagonal = [best(on(&with, 0)), best(on(&with, 4)), best(on(&without, 4))];
+        assert_eq!(diagonal.map(three), ["0.129", "0.823", "0.118"]);
         assert!(best(on(&with, 0)) < 0.2 && best(on(&without, 4)) < 0.2);
         assert!(best(on(&with, 4)) > 0.75);
         assert!(acc_with > ceiling.accuracy() + 0.3);
@@ -2431,6 +2439,13 @@ mod tests {
         // At the start: 0.081 and 0.066 (uniform rows would give 1/14 = 0.071); at the end
         // 0.852 on the previous token in layer 1 and 0.986 on the answer in layer 2.
         let last = run.snapshots.len() - 1;
+        let found = [
+            best(heads(0, 0, &previous)),
+            best(heads(0, 1, &answers)),
+            best(heads(last, 0, &previous)),
+            best(heads(last, 1, &answers)),
+        ];
+        assert_eq!(found.map(|x| format!("{x:.3}")), ["0.081", "0.066", "0.852", "0.986"]);
         assert!(best(heads(0, 0, &previous)) < 0.1 && best(heads(0, 1, &answers)) < 0.1);
         assert!(best(heads(last, 0, &previous)) > 0.8);
         assert!(best(heads(last, 1, &answers)) > 0.95);
@@ -2511,11 +2526,17 @@ mod tests {
         let worst = induction.losses.iter().fold(0.0, |m: f64, &x| m.max(x));
         // Reversal after 10 steps: 0.494 of the held-out positions right at lr = 0.005,
         // 0.966 at 0.05.
+        assert_eq!([base, fast].map(|x| format!("{x:.3}")), ["0.494", "0.966"]);
         assert!(base < 0.6 && fast > 0.9, "{base} {fast}");
         // Induction at 0.05: the held-out loss goes from 3.75 to 2.30 after 100 steps,
         // then to 111.8 after 200 (a training batch reaches 1420.6); after 300 it is 56.2
         // and 70 of 1200 answers are right (chance is 1/16). At 0.005 it learns (above).
         let (first, last) = (induction.evals[0], *induction.evals.last().unwrap());
+        let losses: Vec<String> =
+            induction.evals.iter().map(|e| format!("{:.2}", e.loss)).collect();
+        assert_eq!(losses, ["3.75", "2.30", "111.82", "56.17"]);
+        assert_eq!(format!("{worst:.1}"), "1420.6");
+        assert_eq!((last.score.correct, last.score.scored), (70, 1200));
         assert!(worst > 100.0 && last.loss > 10.0 * first.loss, "{worst} {last:?}");
         assert!(last.score.accuracy() < 0.1, "{last:?}");
     }
