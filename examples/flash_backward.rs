@@ -24,12 +24,13 @@
 //! pool of `--threads` threads (the plain backward, `exact::matmul`, uses one of them), with
 //! the tiled forward for scale. They are measurements, not part of any test.
 
+#[path = "common/counting_alloc.rs"]
+mod counting_alloc;
+use counting_alloc::peak_extra;
 #[path = "common/timing.rs"]
 mod timing;
 
-use std::alloc::{GlobalAlloc, Layout, System};
 use std::error::Error;
-use std::sync::atomic::{AtomicUsize, Ordering};
 
 use attention::grad::sdpa_backward;
 use attention::sdpa::sdpa_batched;
@@ -38,61 +39,6 @@ use attention::tiled_grad::{tiled_sdpa_backward, tiled_sdpa_with_lse};
 use ndarray::Array4;
 use rand::{Rng, SeedableRng, rngs::StdRng};
 
-/// Counts the bytes the program has allocated and the most it has held at once.
-struct Counting;
-
-static CURRENT: AtomicUsize = AtomicUsize::new(0);
-static PEAK: AtomicUsize = AtomicUsize::new(0);
-
-fn grew(bytes: usize) {
-    let now = CURRENT.fetch_add(bytes, Ordering::SeqCst) + bytes;
-    PEAK.fetch_max(now, Ordering::SeqCst);
-}
-
-// SAFETY: every call is passed on to the system allocator unchanged; only counted.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        // SAFETY: the caller's contract is System's.
-        let p = unsafe { System.alloc(layout) };
-        if !p.is_null() {
-            grew(layout.size());
-        }
-        p
-    }
-    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        // SAFETY: as above.
-        let p = unsafe { System.alloc_zeroed(layout) };
-        if !p.is_null() {
-            grew(layout.size());
-        }
-        p
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: as above.
-        unsafe { System.dealloc(ptr, layout) };
-        CURRENT.fetch_sub(layout.size(), Ordering::SeqCst);
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        // SAFETY: as above.
-        let p = unsafe { System.realloc(ptr, layout, new_size) };
-        if !p.is_null() {
-            CURRENT.fetch_sub(layout.size(), Ordering::SeqCst);
-            grew(new_size);
-        }
-        p
-    }
-}
-
-#[global_allocator]
-static ALLOCATOR: Counting = Counting;
-
-/// Runs `f` and returns its result and the most the heap grew above its level before `f`.
-fn peak_extra<T>(f: impl FnOnce() -> T) -> (T, usize) {
-    let before = CURRENT.load(Ordering::SeqCst);
-    PEAK.store(before, Ordering::SeqCst);
-    let out = f();
-    (out, PEAK.load(Ordering::SeqCst) - before)
-}
 
 const HEADS: usize = 8;
 const D: usize = 64;

@@ -6,8 +6,9 @@
 //! One test only: tests of one binary run on parallel threads, and another test's
 //! allocations would be counted too.
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicUsize, Ordering};
+#[path = "../../../examples/common/counting_alloc.rs"]
+mod counting_alloc;
+use counting_alloc::peak_extra;
 
 use attention::grad::sdpa_backward;
 use attention::sdpa::sdpa_batched;
@@ -15,52 +16,6 @@ use attention::tiled::{Masking, Tiles};
 use attention::tiled_grad::{tiled_sdpa_backward, tiled_sdpa_with_lse};
 use ndarray::Array4;
 
-struct Counting;
-
-static CURRENT: AtomicUsize = AtomicUsize::new(0);
-static PEAK: AtomicUsize = AtomicUsize::new(0);
-
-fn grew(bytes: usize) {
-    let now = CURRENT.fetch_add(bytes, Ordering::SeqCst) + bytes;
-    PEAK.fetch_max(now, Ordering::SeqCst);
-}
-
-// SAFETY: every call is passed on to the system allocator unchanged; only counted.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        // SAFETY: the caller's contract is System's.
-        let p = unsafe { System.alloc(layout) };
-        if !p.is_null() {
-            grew(layout.size());
-        }
-        p
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: as above.
-        unsafe { System.dealloc(ptr, layout) };
-        CURRENT.fetch_sub(layout.size(), Ordering::SeqCst);
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        // SAFETY: as above.
-        let p = unsafe { System.realloc(ptr, layout, new_size) };
-        if !p.is_null() {
-            CURRENT.fetch_sub(layout.size(), Ordering::SeqCst);
-            grew(new_size);
-        }
-        p
-    }
-}
-
-#[global_allocator]
-static ALLOCATOR: Counting = Counting;
-
-/// The most the heap grows above its level before `f`, while `f` runs (its result included).
-fn peak_extra<T>(f: impl FnOnce() -> T) -> (T, usize) {
-    let before = CURRENT.load(Ordering::SeqCst);
-    PEAK.store(before, Ordering::SeqCst);
-    let out = f();
-    (out, PEAK.load(Ordering::SeqCst) - before)
-}
 
 #[test]
 fn the_tiled_backward_holds_its_gradients_d_and_one_pair_of_tiles_per_thread() {
