@@ -16,7 +16,6 @@ use attention::tiled::{Masking, Tiles};
 use attention::tiled_grad::{tiled_sdpa_backward, tiled_sdpa_with_lse};
 use ndarray::Array4;
 
-
 #[test]
 fn the_tiled_backward_holds_its_gradients_d_and_one_pair_of_tiles_per_thread() {
     let (batch, heads, l, d) = (1, 2, 600, 16);
