@@ -17,3 +17,4 @@ mod ch07;
 mod ch08;
 mod ch09;
 mod ch10;
+mod ch12;
