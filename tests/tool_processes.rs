@@ -9,7 +9,8 @@
 //! - SIGINT, SIGTERM and SIGHUP, and an error, between two outputs: every output already
 //!   replaced is put back, byte for byte;
 //! - SIGKILL between two outputs, and at random moments of a run: each output is then either
-//!   its old file or the complete new one, never a torn one.
+//!   its old file or the complete new one, never a torn one;
+//! - `attend --grad-out`: its exit codes, and its three outputs rolled back like the others.
 //!
 //! This test has its own `main` (`harness = false` in Cargo.toml): run with `--as-tool NAME`,
 //! the binary *is* the tool, so the tests need no separately built example. Positional
@@ -61,6 +62,7 @@ fn main() {
             "a_hard_kill_leaves_each_output_old_or_whole",
             a_hard_kill_leaves_each_output_old_or_whole,
         ),
+        ("gradients_exit_codes_and_rollback", gradients_exit_codes_and_rollback),
     ];
     let flag = |f: &str| args.iter().any(|a| a == f);
     if flag("--list") {
@@ -321,6 +323,15 @@ fn malformed_files_end_in_one_error_line() {
         attend_args("mask"),
         fixture("sdpa", "f64_bool_L10_dk6", "mask.npy"),
     ));
+    // A damaged dO (made from the case's output, which has dO's shape and dtype).
+    let mut with_grad = attend_args("");
+    with_grad.extend([
+        "--grad-out".into(),
+        "BAD".into(),
+        "--dq".into(),
+        path_in(&dir, "dq.npy"),
+    ]);
+    cases.push(("attend", with_grad, fixture("sdpa", sdpa, "out.npy")));
     for slot in ["x", "wq", "wk", "wv", "wo", "mask"] {
         let mut list = Vec::new();
         for (flag, file) in [
@@ -416,7 +427,7 @@ fn malformed_files_end_in_one_error_line() {
     println!(
         "  {runs} damaged files: {refused} refused with one error line, {accepted} still valid"
     );
-    assert_eq!(runs, 380, "Appendix C quotes the number of damaged files");
+    assert_eq!(runs, 418, "Appendix C quotes the number of damaged files");
 }
 
 /// Old contents for the outputs, all different from anything the tools write.
@@ -643,4 +654,131 @@ fn a_hard_kill_leaves_each_output_old_or_whole() {
     println!(
         "  {KILLS} runs killed at random (one run takes {full:.0?}): out/w states {tally:?}"
     );
+}
+
+/// `attend --grad-out DO.npy --dq … --dk … --dv …` as a process: exit codes and streams, and
+/// the gradients rolled back like every other output after a signal or an error.
+fn gradients_exit_codes_and_rollback() {
+    let dir = TempDir::new().unwrap();
+    let case = "f64_causal_L6_dk8";
+    let d_o = fixture("sdpa", case, "out.npy"); // (6, 5), the output's shape and dtype
+    let mut base: Vec<String> = Vec::new();
+    for name in ["q", "k", "v"] {
+        base.extend([format!("--{name}"), fixture("sdpa", case, &format!("{name}.npy"))]);
+    }
+    base.extend(["--mask".into(), "causal".into(), "--out".into(), path_in(&dir, "out.npy")]);
+    let names = ["out.npy", "dq.npy", "dk.npy", "dv.npy"];
+    let mut full = base.clone();
+    full.extend(["--grad-out".into(), d_o.clone()]);
+    for name in &names[1..] {
+        full.extend([format!("--{}", &name[..2]), path_in(&dir, name)]);
+    }
+    let run = |list: &[String]| {
+        tool("attend", &list.iter().map(String::as_str).collect::<Vec<_>>()).output().unwrap()
+    };
+
+    let done = run(&full);
+    assert_eq!(done.status.code(), Some(0), "{}", text(&done.stderr));
+    assert!(done.stderr.is_empty());
+    let stdout = text(&done.stdout);
+    assert!(
+        stdout.starts_with("attention (plain) and its backward")
+            && stdout.lines().count() == 1,
+        "{stdout}"
+    );
+    let new: Vec<Vec<u8>> =
+        names.iter().map(|n| std::fs::read(dir.path().join(n)).unwrap()).collect();
+    for name in names {
+        std::fs::remove_file(dir.path().join(name)).unwrap();
+    }
+
+    // Usage: exit 2, clap's message on stderr, nothing written.
+    let dq = path_in(&dir, "dq.npy");
+    for extra in [
+        vec!["--dq", &dq],
+        vec!["--grad-out", &d_o],
+        vec!["--grad-out", &d_o, "--dq", &dq, "--dk", &dq],
+    ] {
+        let mut list = base.clone();
+        list.extend(extra.iter().map(|a| a.to_string()));
+        let usage = run(&list);
+        let stderr = text(&usage.stderr);
+        assert_eq!(usage.status.code(), Some(2), "{extra:?}: {stderr}");
+        assert!(usage.stdout.is_empty());
+        assert!(
+            stderr.starts_with("error: ")
+                && stderr.ends_with("For more information, try '--help'.\n"),
+            "{stderr}"
+        );
+        assert!(files(dir.path()).is_empty(), "{extra:?}: nothing is written");
+    }
+    // Bad data: dO of Q's shape, (6, 8): exit 1, one line, nothing written.
+    let mut list = full.clone();
+    let i = list.iter().position(|a| a == "--grad-out").unwrap();
+    list[i + 1] = fixture("sdpa", case, "q.npy");
+    let line = assert_one_error_line(&run(&list), "dO of the wrong shape");
+    assert!(
+        line.contains("has shape (6, 8) but the output (…, L_q, d_v) has shape (6, 5)"),
+        "{line}"
+    );
+    assert!(files(dir.path()).is_empty(), "nothing is written");
+
+    // A signal after out.npy and dq.npy are in place, before dk.npy: both are put back.
+    #[cfg(unix)]
+    for (signal, name) in [(libc::SIGTERM, "SIGTERM"), (libc::SIGINT, "SIGINT")] {
+        let mut old = old_outputs(&dir, &names);
+        old.sort(); // as files() lists them
+        let ready = dir.path().with_extension("ready");
+        let child = tool("attend", &full.iter().map(String::as_str).collect::<Vec<_>>())
+            .env(HOOK, format!("pause:2:{}", ready.display()))
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let start = Instant::now();
+        while !ready.exists() {
+            assert!(start.elapsed() < Duration::from_secs(60), "the child never paused");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        std::fs::remove_file(&ready).unwrap();
+        let now = files(dir.path());
+        let dq_now = &now.iter().find(|(n, _)| n == "dq.npy").unwrap().1;
+        assert_eq!(dq_now, &new[1], "{name}: dq.npy is in place when the signal comes");
+        assert_eq!(unsafe { libc::kill(child.id() as i32, signal) }, 0);
+        let result = child.wait_with_output().unwrap();
+        assert_eq!(result.status.code(), Some(128 + signal), "{}", text(&result.stderr));
+        assert_eq!(
+            text(&result.stderr),
+            format!(
+                "error: interrupted by {name} while writing the outputs; {} and {} put back as \
+                 it was, no output was changed\n",
+                path_in(&dir, "out.npy"),
+                path_in(&dir, "dq.npy")
+            )
+        );
+        assert_eq!(files(dir.path()), old, "{name}: every output as it was");
+    }
+
+    // An error on the last gradient: the three outputs before it are put back.
+    let dv = path_in(&dir, "dv.npy");
+    let _ = std::fs::remove_file(&dv); // left by the signals' runs
+    let mut old = old_outputs(&dir, &names[..3]);
+    old.sort();
+    let result = tool("attend", &full.iter().map(String::as_str).collect::<Vec<_>>())
+        .env(HOOK, format!("mkdir:3:{dv}"))
+        .output()
+        .unwrap();
+    let line = assert_one_error_line(&result, "an error on dv.npy");
+    assert_eq!(
+        line,
+        format!(
+            "error: {dv}: cannot write: it is a directory; {} and {} and {} put back as it \
+             was, no output was changed\n",
+            path_in(&dir, "out.npy"),
+            path_in(&dir, "dq.npy"),
+            path_in(&dir, "dk.npy")
+        )
+    );
+    std::fs::remove_dir(&dv).unwrap();
+    assert_eq!(files(dir.path()), old);
 }

@@ -375,6 +375,10 @@ fn tools_answer_help_and_version() {
                 "--weights",
                 "--png",
                 "--labels",
+                "--grad-out",
+                "--dq",
+                "--dk",
+                "--dv",
                 "--impl",
                 "--bench",
             ][..],
@@ -422,7 +426,11 @@ fn tools_answer_help_and_version() {
                 assert!(help.contains("causal|window:W|M.npy"), "{help}");
             }
             if flag == "--help" {
-                assert!(help.contains("Example (from the repository root):"), "{help}");
+                let examples = if name == "attend" { "Examples" } else { "Example" };
+                assert!(
+                    help.contains(&format!("{examples} (from the repository root):")),
+                    "{help}"
+                );
                 assert!(
                     help.contains(&format!("cargo run --release --example {name} --")),
                     "{help}"
@@ -1747,4 +1755,477 @@ fn appendix_c_shows_what_multihead_prints() {
         list.iter().map(|a| a.trim_start_matches("/tmp/").to_string()).collect()
     };
     assert_eq!((help_case, no_tmp(&help_options)), (case, no_tmp(&options)));
+}
+
+// attend's gradients (chapter Gradients): --grad-out DO.npy --dq DQ.npy --dk DK.npy --dv DV.npy.
+
+/// A deterministic dO of `shape` (a sine of the index, entries in [−1, 1]).
+fn d_o_of<A>(shape: &[usize], convert: fn(f64) -> A) -> ArrayD<A> {
+    ArrayD::from_shape_fn(IxDyn(shape), |i| {
+        let n = i.slice().iter().fold(7usize, |n, &k| n * 31 + k);
+        convert(((n * 7919 % 10007) as f64).sin())
+    })
+}
+
+/// The four gradient options writing `do.npy`'s dQ, dK, dV into `dir`.
+fn grad_args(dir: &TempDir, d_o: &str) -> Vec<String> {
+    let mut list = vec!["--grad-out".to_string(), d_o.to_string()];
+    for name in ["dq", "dk", "dv"] {
+        list.extend([format!("--{name}"), out_path(dir, &format!("{name}.npy"))]);
+    }
+    list
+}
+
+/// The cases of `tests/fixtures/grad/` (PyTorch's autograd through
+/// `scaled_dot_product_attention`), each with the `--mask` values that give its mask: none;
+/// `causal` and its `mask.npy` for a causal case (it has `causal.npy`); its `mask.npy`.
+fn grad_cases() -> Vec<(String, Vec<Option<String>>)> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/grad");
+    let mut cases: Vec<(String, Vec<Option<String>>)> = std::fs::read_dir(&root)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|name| root.join(name).is_dir())
+        .map(|case| {
+            let has = |file: &str| root.join(&case).join(file).exists();
+            let mask = fixture("grad", &case, "mask.npy");
+            let masks = if has("causal.npy") {
+                vec![Some("causal".to_string()), Some(mask)]
+            } else if has("mask.npy") {
+                vec![Some(mask)]
+            } else {
+                vec![None]
+            };
+            (case, masks)
+        })
+        .collect();
+    cases.sort();
+    cases
+}
+
+/// Runs attend with `--impl implementation` on `inputs` (q, k, v, dO) and `mask`, writing into
+/// `dir`, and returns the summary and the output, dQ, dK and dV as float64, after checking
+/// that they are written in `dtype` (`"f32"` or `"f64"`).
+fn attend_grads(
+    dir: &TempDir,
+    inputs: [&str; 4],
+    mask: Option<&str>,
+    implementation: &str,
+    dtype: &str,
+) -> (String, [ArrayD<f64>; 4]) {
+    let [q, k, v, d_o] = inputs;
+    let mut list = args(&["--q", q, "--k", k, "--v", v, "--out", &out_path(dir, "out.npy")]);
+    if let Some(mask) = mask {
+        list.extend(args(&["--mask", mask]));
+    }
+    list.extend(grad_args(dir, d_o));
+    list.extend(args(&["--impl", implementation]));
+    let summary = attend_run(&list)
+        .unwrap_or_else(|e| panic!("{inputs:?} {mask:?} {implementation}: {}", e.message()));
+    let read = |name: &str| {
+        let path = out_path(dir, name);
+        if dtype == "f32" {
+            read_npy::<_, ArrayD<f32>>(&path)
+                .unwrap_or_else(|e| panic!("{name} should be float32: {e}"))
+                .mapv(f64::from)
+        } else {
+            read_npy::<_, ArrayD<f64>>(&path)
+                .unwrap_or_else(|e| panic!("{name} should be float64: {e}"))
+        }
+    };
+    (summary, ["out.npy", "dq.npy", "dk.npy", "dv.npy"].map(read))
+}
+
+/// The largest `|got − want| − rtol·|want|` over the entries: within the issue's tolerance
+/// `|a − b| ≤ atol + rtol·|b|` (atol = rtol) when it is at most `rtol`.
+fn worst_excess(got: &ArrayD<f64>, want: &ArrayD<f64>, rtol: f64) -> f64 {
+    assert_eq!(got.shape(), want.shape());
+    got.iter()
+        .zip(want)
+        .map(|(g, w)| (g - w).abs() - rtol * w.abs())
+        .fold(f64::NEG_INFINITY, f64::max)
+}
+
+#[test]
+fn attend_gradients_reproduce_pytorch_autograd() {
+    // Every case of tests/fixtures/grad (no mask, causal, a bool mask with a query that sees
+    // no key, L_q ≠ L_k, d_k ≠ d_v, 0 or 2 leading axes, float32 and float64), with every
+    // --mask that gives its mask, through both implementations; then the 2-axis cases again
+    // with their (batch, heads) axes flattened into one, for 1 leading axis.
+    let dir = TempDir::new().unwrap();
+    let cases = grad_cases();
+    let (mut runs, mut covered) = (0, std::collections::BTreeSet::new());
+    for (case, masks) in &cases {
+        let dtype = &case[..3];
+        let rtol = if dtype == "f32" { 1e-5 } else { 1e-12 };
+        let file = |name: &str| fixture("grad", case, name);
+        let names = ["out.npy", "dq.npy", "dk.npy", "dv.npy"];
+        let expected = names.map(|n| read_f64(&file(n)));
+        let lead = expected[0].ndim() - 2;
+        // For 1 leading axis: the same numbers with (batch, heads) as one axis.
+        let mut forms = vec![(
+            [file("q.npy"), file("k.npy"), file("v.npy"), file("do.npy")],
+            masks.clone(),
+            expected.clone(),
+            lead,
+        )];
+        if lead == 2 {
+            let flat = |a: &ArrayD<f64>| {
+                let s = a.shape();
+                a.to_shape(IxDyn(&[s[0] * s[1], s[2], s[3]])).unwrap().to_owned()
+            };
+            let write_as = |name: &str, a: &ArrayD<f64>| {
+                let path = out_path(&dir, &format!("flat_{name}"));
+                if dtype == "f32" {
+                    write_npy(&path, &a.mapv(|x| x as f32)).unwrap();
+                } else {
+                    write_npy(&path, a).unwrap();
+                }
+                path
+            };
+            let inputs = ["q.npy", "k.npy", "v.npy", "do.npy"]
+                .map(|n| write_as(n, &flat(&read_f64(&file(n)))));
+            let flat_masks = masks
+                .iter()
+                .map(|mask| match mask.as_deref() {
+                    Some(path) if path != "causal" => {
+                        let m: ArrayD<bool> = read_npy(path).unwrap();
+                        if m.ndim() < 4 {
+                            return Some(path.to_string()); // broadcasts as it is
+                        }
+                        let s = m.shape().to_vec();
+                        let flat_mask =
+                            m.to_shape(IxDyn(&[s[0] * s[1], s[2], s[3]])).unwrap().to_owned();
+                        let path = out_path(&dir, "flat_mask.npy");
+                        write_npy(&path, &flat_mask).unwrap();
+                        Some(path)
+                    }
+                    other => other.map(String::from),
+                })
+                .collect();
+            forms.push((inputs, flat_masks, expected.clone().map(|a| flat(&a)), 1));
+        }
+        for (inputs, masks, expected, lead) in forms {
+            for mask in &masks {
+                for implementation in ["plain", "tiled"] {
+                    let inputs =
+                        [&inputs[0], &inputs[1], &inputs[2], &inputs[3]].map(String::as_str);
+                    let (summary, got) =
+                        attend_grads(&dir, inputs, mask.as_deref(), implementation, dtype);
+                    assert!(
+                        summary.starts_with(&format!(
+                            "attention ({implementation}) and its backward over"
+                        )),
+                        "{summary}"
+                    );
+                    for ((name, got), want) in names.iter().zip(&got).zip(&expected) {
+                        let excess = worst_excess(got, want, rtol);
+                        assert!(
+                            excess <= rtol,
+                            "{case}, {lead} leading axes, --mask {mask:?}, {implementation}: \
+                             {name} misses PyTorch's by {excess:e} beyond rtol·|b|"
+                        );
+                    }
+                    runs += 1;
+                }
+                covered.insert(format!("{lead} leading axes"));
+                covered.insert(match mask.as_deref() {
+                    None => "no mask".into(),
+                    Some("causal") => "causal".into(),
+                    Some(path)
+                        if read_npy::<_, ArrayD<bool>>(path).unwrap().ndim() < lead + 2 =>
+                    {
+                        "a mask file that broadcasts".into()
+                    }
+                    Some(_) => "a mask file".into(),
+                });
+                if case.contains("blind_row") {
+                    covered.insert("a query that sees no key".into());
+                }
+            }
+        }
+    }
+    assert_eq!(
+        covered.into_iter().collect::<Vec<_>>(),
+        [
+            "0 leading axes",
+            "1 leading axes",
+            "2 leading axes",
+            "a mask file",
+            "a mask file that broadcasts",
+            "a query that sees no key",
+            "causal",
+            "no mask"
+        ],
+        "the fixtures cover every kind of case"
+    );
+    assert!(cases.iter().any(|(c, _)| c.starts_with("f32")), "float32 cases too");
+    assert!(runs >= 2 * cases.len(), "{runs} runs for {} cases", cases.len());
+}
+
+#[test]
+fn attend_refuses_bad_gradient_command_lines() {
+    let dir = TempDir::new().unwrap();
+    let case = "f64_causal_L6_dk8";
+    let (out, d_o) = (out_path(&dir, "out.npy"), out_path(&dir, "do.npy"));
+    write_npy(&d_o, &d_o_of(&[6, 5], to_f64)).unwrap();
+    let with = |extra: &[&str]| {
+        let mut list = qkv(case);
+        list.extend(args(&["--out", &out]));
+        list.extend(args(extra));
+        list
+    };
+    let dq = out_path(&dir, "dq.npy");
+    // A gradient to write, but no dO.
+    for flag in ["--dq", "--dk", "--dv"] {
+        assert_usage(
+            attend_run,
+            &with(&[flag, &dq]),
+            &dir,
+            "the following required arguments were not provided:\n  --grad-out <DO.npy>",
+        );
+    }
+    // dO, but no gradient to write.
+    assert_usage(
+        attend_run,
+        &with(&["--grad-out", &d_o]),
+        &dir,
+        &format!(
+            "--grad-out {d_o} asks for the backward pass but names no file for its result"
+        ),
+    );
+    // Two outputs that are one file, among the gradients and with --out, --weights, --png.
+    let w = out_path(&dir, "w.npy");
+    let spelled = format!("{}/./dq.npy", dir.path().display());
+    for (extra, problem) in [
+        (vec!["--dq", &dq, "--dk", &dq], format!("--dq {dq} and --dk {dq} are the same file")),
+        (
+            vec!["--dq", &dq, "--dv", &spelled],
+            format!("--dq {dq} and --dv {spelled} are the same file"),
+        ),
+        (vec!["--dv", &out], format!("--out {out} and --dv {out} are the same file")),
+        (
+            vec!["--weights", &w, "--dk", &w],
+            format!("--weights {w} and --dk {w} are the same file"),
+        ),
+    ] {
+        let mut extra = extra;
+        extra.extend(["--grad-out", &d_o]);
+        assert_usage(attend_run, &with(&extra), &dir, &problem);
+    }
+    // A gradient written over an input: dO itself, or Q.
+    assert_usage(
+        attend_run,
+        &with(&["--grad-out", &d_o, "--dq", &d_o]),
+        &dir,
+        &format!("--dq {d_o} is the same file as the input --grad-out {d_o}"),
+    );
+    let q = fixture("sdpa", case, "q.npy");
+    assert_usage(
+        attend_run,
+        &with(&["--grad-out", &d_o, "--dq", &q]),
+        &dir,
+        &format!("--dq {q} is the same file as the input --q {q}"),
+    );
+    // …and the other way round: --out over dO.
+    let mut list = qkv(case);
+    list.extend(args(&["--out", &d_o, "--grad-out", &d_o, "--dq", &dq]));
+    assert_usage(
+        attend_run,
+        &list,
+        &dir,
+        &format!("--out {d_o} is the same file as the input --grad-out {d_o}"),
+    );
+    assert!(!Path::new(&dq).exists() && !Path::new(&out).exists());
+}
+
+#[test]
+fn attend_refuses_bad_gradient_data() {
+    let dir = TempDir::new().unwrap();
+    let case = "f64_causal_L6_dk8";
+    // Outputs from an earlier run: every failure below must leave them as they are (and
+    // assert_fails checks that no file appears or changes).
+    for name in ["out.npy", "dq.npy", "dk.npy", "dv.npy"] {
+        std::fs::write(dir.path().join(name), format!("the old {name}")).unwrap();
+    }
+    let run_with = |d_o: &str| {
+        let mut list = qkv_masked(case, Some("causal"));
+        list.extend(args(&["--out", &out_path(&dir, "out.npy")]));
+        list.extend(grad_args(&dir, d_o));
+        list
+    };
+    let write = |name: &str, array: &ArrayD<f64>| {
+        let path = out_path(&dir, name);
+        write_npy(&path, array).unwrap();
+        path
+    };
+    // dO must have the output's shape, (6, 5): not Q's, not transposed, not with an axis more.
+    for shape in [vec![6, 8], vec![5, 6], vec![1, 6, 5], vec![6]] {
+        let d_o = write("do.npy", &d_o_of(&shape, to_f64));
+        let found = reader_tools::shape_text(&shape);
+        assert_fails(
+            attend_run,
+            &run_with(&d_o),
+            &dir,
+            &d_o,
+            &format!(
+                "has shape {found} but the output (…, L_q, d_v) has shape (6, 5): dO must have \
+                 the output's shape"
+            ),
+        );
+    }
+    // …and the inputs' dtype.
+    let f32_d_o = out_path(&dir, "do32.npy");
+    write_npy(&f32_d_o, &d_o_of(&[6, 5], to_f32)).unwrap();
+    assert_fails(
+        attend_run,
+        &run_with(&f32_d_o),
+        &dir,
+        &f32_d_o,
+        &format!("dtype float32 differs from {}'s float64", fixture("sdpa", case, "q.npy")),
+    );
+    let ints = out_path(&dir, "ints.npy");
+    write_npy(&ints, &ndarray::Array2::<i64>::zeros((6, 5))).unwrap();
+    assert_fails(
+        attend_run,
+        &run_with(&ints),
+        &dir,
+        &ints,
+        "dtype int64 ('<i8') is not float32 or float64",
+    );
+    let missing = out_path(&dir, "missing.npy");
+    assert_fails(attend_run, &run_with(&missing), &dir, &missing, "cannot read");
+    let mut nan = d_o_of(&[6, 5], to_f64);
+    nan[IxDyn(&[4, 1])] = f64::NAN;
+    let nan = write("nan.npy", &nan);
+    assert_fails(attend_run, &run_with(&nan), &dir, &nan, "contains NaN at index [4, 1]");
+    // A gradient that cannot be written: the outputs already in place are put back.
+    let d_o = write("do.npy", &d_o_of(&[6, 5], to_f64));
+    std::fs::remove_file(dir.path().join("dv.npy")).unwrap();
+    std::fs::create_dir(dir.path().join("dv.npy")).unwrap();
+    assert_fails(
+        attend_run,
+        &run_with(&d_o),
+        &dir,
+        &out_path(&dir, "dv.npy"),
+        "cannot write: it is a directory; no output was changed",
+    );
+    for name in ["out.npy", "dq.npy", "dk.npy"] {
+        assert_eq!(
+            std::fs::read(dir.path().join(name)).unwrap(),
+            format!("the old {name}").as_bytes()
+        );
+    }
+}
+
+#[test]
+fn attend_bench_with_gradients_times_forward_and_backward() {
+    let dir = TempDir::new().unwrap();
+    let case = "f32_causal_L6_dk8_dv5";
+    let file = |name: &str| fixture("grad", case, name);
+    for implementation in ["plain", "tiled"] {
+        let mut list =
+            args(&["--q", &file("q.npy"), "--k", &file("k.npy"), "--v", &file("v.npy")]);
+        list.extend(args(&["--mask", "causal", "--out", &out_path(&dir, "out.npy")]));
+        list.extend(grad_args(&dir, &file("do.npy")));
+        list.extend(args(&["--impl", implementation, "--bench", "3"]));
+        let summary = ok(attend_run(&list));
+        let lines: Vec<&str> = summary.lines().collect();
+        assert_eq!(lines.len(), 3, "{summary}");
+        assert_eq!(
+            lines[1],
+            format!(
+                "{implementation} forward + backward median of 3 runs after one warm-up, \
+                 without file I/O:"
+            )
+        );
+        let ms: f64 = lines[2].strip_prefix("median_ms=").unwrap().parse().unwrap();
+        assert!(ms.is_finite() && ms >= 0.0, "{summary}");
+        for name in ["dq.npy", "dk.npy", "dv.npy"] {
+            let got: ArrayD<f32> = read_npy(out_path(&dir, name)).unwrap(); // written once
+            let want: ArrayD<f32> = read_npy(file(name)).unwrap();
+            let excess = worst_excess(&got.mapv(f64::from), &want.mapv(f64::from), 1e-5);
+            assert!(excess <= 1e-5, "{implementation} {name}: {excess:e}");
+        }
+    }
+}
+
+#[test]
+fn appendix_c_shows_what_attend_prints_with_gradients() {
+    // Appendix C runs attend --grad-out on a gradient fixture and quotes the line it prints:
+    // run that command (its /tmp files moved into a temporary directory) and compare, then
+    // check the gradients against PyTorch's as the text says.
+    let appendix = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("book/appendix-tools.md"),
+    )
+    .unwrap();
+    let block = appendix
+        .split("```console\n")
+        .find(|b| b.starts_with("$ D=tests/fixtures/grad/"))
+        .expect("a command on a tests/fixtures/grad case");
+    let (command, prose) = block.split_once("```").unwrap();
+    let mut lines = command.lines();
+    let case = lines.next().unwrap().rsplit('/').next().unwrap().to_string();
+    let joined: String = lines.map(|l| l.trim_end_matches('\\')).collect();
+    let options: Vec<&str> = joined
+        .split_once(" -- ")
+        .expect("cargo run ... -- options")
+        .1
+        .split_whitespace()
+        .collect();
+    let printed = prose
+        .split_once("prints one line, `")
+        .and_then(|(_, rest)| rest.split_once('`'))
+        .expect("the paragraph after the block quotes the line the tool prints")
+        .0
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ");
+    let dir = TempDir::new().unwrap();
+    let tmp = dir.path().to_string_lossy().into_owned();
+    let list: Vec<String> = options
+        .iter()
+        .map(|a| match a.strip_prefix("/tmp/") {
+            Some(name) => out_path(&dir, name),
+            None => a.replace("$D", fixture("grad", &case, "").trim_end_matches('/')),
+        })
+        .collect();
+    assert_eq!(ok(attend_run(&list)).replace(&tmp, "/tmp"), printed);
+    assert!(prose.contains("to $10^{-12}$"), "the tolerance the text quotes");
+    for name in ["out.npy", "dq.npy", "dk.npy", "dv.npy"] {
+        let got: ArrayD<f64> = read_npy(out_path(&dir, name)).unwrap();
+        let want: ArrayD<f64> = read_npy(fixture("grad", &case, name)).unwrap();
+        assert!(worst_excess(&got, &want, 1e-12) <= 1e-12, "{name}");
+    }
+}
+
+#[test]
+fn attend_picks_the_path_for_gradients_as_for_the_output() {
+    // Gradients do not change the default: plain below 256 × 256 scores or when the weights
+    // are asked for, tiled otherwise (each path has its backward).
+    let dir = TempDir::new().unwrap();
+    let write = |name: &str, l: usize| {
+        let (x, d_o) = (
+            out_path(&dir, &format!("{name}.npy")),
+            out_path(&dir, &format!("{name}_do.npy")),
+        );
+        write_npy(&x, &d_o_of(&[l, 4], to_f32).mapv(|a| a / 2.0)).unwrap();
+        write_npy(&d_o, &d_o_of(&[l, 4], to_f32)).unwrap();
+        (x, d_o)
+    };
+    let (small, large) = (write("small", 255), write("large", 256));
+    let run = |(x, d_o): &(String, String), extra: &[&str]| {
+        let mut list =
+            args(&["--q", x, "--k", x, "--v", x, "--out", &out_path(&dir, "out.npy")]);
+        list.extend(args(&["--grad-out", d_o, "--dq", &out_path(&dir, "dq.npy")]));
+        list.extend(args(extra));
+        ok(attend_run(&list))
+    };
+    assert!(run(&small, &[]).starts_with("attention (plain) and its backward"));
+    assert!(run(&large, &[]).starts_with("attention (tiled) and its backward"));
+    let weights = out_path(&dir, "w.npy");
+    assert!(run(&large, &["--weights", &weights]).starts_with("attention (plain)"));
+    assert!(run(&small, &["--impl", "tiled"]).starts_with("attention (tiled)"));
+    assert!(
+        run(&large, &["--impl", "plain", "--mask", "causal"]).starts_with("attention (plain)")
+    );
 }

@@ -4,18 +4,20 @@ use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
 use attention::Float;
+use attention::grad::{SdpaGrads, sdpa_backward};
 use attention::mask::Mask;
 use attention::sdpa::sdpa_batched;
 use attention::tiled::{Masking, Tiles, tiled_sdpa_batched};
+use attention::tiled_grad::{tiled_sdpa_backward, tiled_sdpa_with_lse};
 use clap::error::ErrorKind;
 use clap::{Parser, ValueEnum};
-use ndarray::{ArrayD, Axis};
+use ndarray::{ArrayD, Axis, IxDyn};
 use ndarray_npy::WritableElement;
 
 use super::outputs::{Named, Outputs, check_distinct};
 use super::{
-    Failure, MaskArg, Picture, Tensor, Written, after_help, at_least_one, explain, load_bool, same_dtype,
-    shape_text, usage, wrote,
+    Failure, MaskArg, Picture, Tensor, Written, after_help, at_least_one, explain, load_bool,
+    same_dtype, shape_text, usage, wrote,
 };
 
 #[path = "../common/timing.rs"]
@@ -29,15 +31,19 @@ pub const TILED_FROM: usize = 256 * 256;
 /// Reads Q, K and V (and a mask) from NumPy .npy files and writes the output, (…, L_q, d_v),
 /// and the weights, (…, L_q, L_k), as .npy files in the inputs' dtype; it can also draw the
 /// weights as a PNG heatmap. Q, K and V are float32 or float64 (all the same), with the same 0, 1 or 2
-/// leading axes (batch, heads). d_k is the last axis of Q; the scale is √d_k.
+/// leading axes (batch, heads). d_k is the last axis of Q; the scale is √d_k. Given dO, the
+/// gradient of a loss with respect to the output, it also runs the backward pass and writes
+/// dQ, dK and dV.
 #[derive(Parser, Debug)]
 #[command(
     name = "attend",
     version,
     after_help = after_help(
-        "Example (from the repository root):\n  \
+        "Examples (from the repository root):\n  \
         cargo run --release --example attend -- --q q.npy --k k.npy --v v.npy --mask causal \\\n      \
-        --out out.npy --weights w.npy --png w.png --labels \"my,name,is,Aj\""
+        --out out.npy --weights w.npy --png w.png --labels \"my,name,is,Aj\"\n  \
+        cargo run --release --example attend -- --q q.npy --k k.npy --v v.npy --mask causal \\\n      \
+        --out out.npy --grad-out do.npy --dq dq.npy --dk dk.npy --dv dv.npy"
     )
 )]
 pub struct Cli {
@@ -56,12 +62,27 @@ pub struct Cli {
     pub mask: Option<MaskArg>,
     #[command(flatten)]
     pub written: Written,
-    /// How to compute. Default: plain when the weights are asked for or a matrix has fewer
-    /// than 256 × 256 scores, else tiled (RAYON_NUM_THREADS=N limits its threads)
+    /// dO, the gradient of a loss with respect to the output: OUT's shape, the inputs'
+    /// dtype. Also runs the backward pass and writes the gradients of sum(O ∘ dO) with respect
+    /// to Q, K and V (PyTorch's out.backward(dO)) to --dq, --dk, --dv: at least one of them
+    #[arg(long = "grad-out", value_name = "DO.npy")]
+    pub grad_out: Option<PathBuf>,
+    /// Where to write dQ, the gradient with respect to Q (Q's shape; needs --grad-out)
+    #[arg(long, value_name = "DQ.npy", requires = "grad_out")]
+    pub dq: Option<PathBuf>,
+    /// Where to write dK, the gradient with respect to K (K's shape; needs --grad-out)
+    #[arg(long, value_name = "DK.npy", requires = "grad_out")]
+    pub dk: Option<PathBuf>,
+    /// Where to write dV, the gradient with respect to V (V's shape; needs --grad-out)
+    #[arg(long, value_name = "DV.npy", requires = "grad_out")]
+    pub dv: Option<PathBuf>,
+    /// How to compute (the backward too, with --grad-out). Default: plain when the weights are
+    /// asked for or a matrix has fewer than 256 × 256 scores, else tiled (RAYON_NUM_THREADS=N
+    /// limits its threads)
     #[arg(long = "impl", value_name = "IMPL", value_enum)]
     pub implementation: Option<Impl>,
-    /// Time the computation alone: one warm-up, then N runs; the summary ends with
-    /// `median_ms=<number>` (the files are written once)
+    /// Time the computation alone (forward + backward with --grad-out): one warm-up, then N
+    /// runs; the summary ends with `median_ms=<number>` (the files are written once)
     #[arg(long, value_name = "N", value_parser = at_least_one, allow_negative_numbers = true)]
     pub bench: Option<u32>,
 }
@@ -69,15 +90,18 @@ pub struct Cli {
 /// Which implementation computes the attention (`--impl`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum Impl {
-    /// sdpa_batched, which forms the weights (needed for --weights and --png)
+    /// sdpa_batched (and sdpa_backward), which forms the weights (needed for --weights and
+    /// --png)
     Plain,
-    /// tiled_sdpa_batched: the output only, without the L_q × L_k matrix, on every core
+    /// tiled_sdpa_batched (and FlashAttention-2's tiled_sdpa_backward): never forms the
+    /// L_q × L_k matrix, runs on every core
     Tiled,
 }
 
 impl Impl {
     /// `--impl`, or the default: plain when the weights are asked for (only the plain path
-    /// forms them) or when a matrix has fewer than [`TILED_FROM`] scores, tiled otherwise.
+    /// forms them) or when a matrix has fewer than [`TILED_FROM`] scores, tiled otherwise;
+    /// gradients change nothing (each path has its backward).
     fn choose(flag: Option<Impl>, wants_weights: bool, scores: usize) -> Impl {
         match flag {
             Some(choice) => choice,
@@ -95,8 +119,8 @@ impl Impl {
 }
 
 /// Runs the tool on its arguments (the program name first): reads the inputs, attends, writes
-/// OUT (and W, and the PNG); returns the summary (with `--bench`, followed by the timing,
-/// whose last line is `median_ms=<number>`).
+/// OUT (and W, and the PNG, and the gradients); returns the summary (with `--bench`, followed
+/// by the timing, whose last line is `median_ms=<number>`).
 pub fn run(args: Vec<OsString>) -> Result<String, Failure> {
     let cli = Cli::try_parse_from(args)?;
     if let Some(MaskArg::Window(w)) = cli.mask {
@@ -115,6 +139,16 @@ pub fn run(args: Vec<OsString>) -> Result<String, Failure> {
             "--impl tiled never forms the weights: drop --weights and --png, or use --impl plain",
         ));
     }
+    if let (Some(d_o), None, None, None) = (&cli.grad_out, &cli.dq, &cli.dk, &cli.dv) {
+        return Err(usage::<Cli>(
+            ErrorKind::MissingRequiredArgument,
+            format!(
+                "--grad-out {} asks for the backward pass but names no file for its result: \
+                 add --dq DQ.npy, --dk DK.npy or --dv DV.npy (any of them, or all three)",
+                d_o.display()
+            ),
+        ));
+    }
     let mut inputs = vec![
         Named { flag: "--q", path: &cli.q },
         Named { flag: "--k", path: &cli.k },
@@ -122,11 +156,15 @@ pub fn run(args: Vec<OsString>) -> Result<String, Failure> {
     ];
     let mask_file = cli.mask.as_ref().and_then(MaskArg::file);
     inputs.extend(mask_file.map(|path| Named { flag: "--mask", path }));
-    check_distinct(&inputs, &cli.written.named())
+    inputs.extend(cli.grad_out.as_deref().map(|path| Named { flag: "--grad-out", path }));
+    check_distinct(&inputs, &cli.outputs())
         .map_err(|message| usage::<Cli>(ErrorKind::ArgumentConflict, message))?;
 
     let (q, k, v) = (Tensor::load(&cli.q)?, Tensor::load(&cli.k)?, Tensor::load(&cli.v)?);
-    same_dtype(&[(&cli.q, &q), (&cli.k, &k), (&cli.v, &v)])?;
+    let d_o = cli.grad_out.as_deref().map(Tensor::load).transpose()?;
+    let mut loaded = vec![(cli.q.as_path(), &q), (&cli.k, &k), (&cli.v, &v)];
+    loaded.extend(cli.grad_out.as_deref().zip(d_o.as_ref()));
+    same_dtype(&loaded)?;
     for (path, t) in [(&cli.q, &q), (&cli.k, &k), (&cli.v, &v)] {
         if !(2..=4).contains(&t.shape().len()) {
             return Err(Failure::Data(format!(
@@ -136,10 +174,24 @@ pub fn run(args: Vec<OsString>) -> Result<String, Failure> {
             )));
         }
     }
-    match (q, k, v) {
-        (Tensor::F32(q), Tensor::F32(k), Tensor::F32(v)) => attend(&cli, q, k, v),
-        (Tensor::F64(q), Tensor::F64(k), Tensor::F64(v)) => attend(&cli, q, k, v),
-        _ => unreachable!("same_dtype checked that all three agree"),
+    use Tensor::{F32, F64};
+    match (q, k, v, d_o) {
+        (F32(q), F32(k), F32(v), None) => attend(&cli, q, k, v, None),
+        (F32(q), F32(k), F32(v), Some(F32(d_o))) => attend(&cli, q, k, v, Some(d_o)),
+        (F64(q), F64(k), F64(v), None) => attend(&cli, q, k, v, None),
+        (F64(q), F64(k), F64(v), Some(F64(d_o))) => attend(&cli, q, k, v, Some(d_o)),
+        _ => unreachable!("same_dtype checked that all of them agree"),
+    }
+}
+
+impl Cli {
+    /// Every output path with the option that named it, for [`check_distinct`].
+    fn outputs(&self) -> Vec<Named<'_>> {
+        let mut named = self.written.named();
+        for (flag, path) in [("--dq", &self.dq), ("--dk", &self.dk), ("--dv", &self.dv)] {
+            named.extend(path.as_deref().map(|path| Named { flag, path }));
+        }
+        named
     }
 }
 
@@ -170,14 +222,30 @@ fn load_mask(path: &Path, weights_shape: &[usize]) -> Result<Mask, Failure> {
     Mask::from_array(allowed).map_err(|e| Failure::Data(format!("{}: {e}", path.display())))
 }
 
+/// What the forward pass leaves for the files and for the backward pass: the output, the
+/// weights (the plain path) or each query's log-sum-exp (the tiled path, given dO).
+struct Forward<A> {
+    output: ArrayD<A>,
+    weights: Option<ArrayD<A>>,
+    lse: Option<ArrayD<A>>,
+}
+
 fn attend<A: Float + WritableElement>(
     cli: &Cli,
     q: ArrayD<A>,
     k: ArrayD<A>,
     v: ArrayD<A>,
+    d_o: Option<ArrayD<A>>,
 ) -> Result<String, Failure> {
     let mask_path = cli.mask.as_ref().and_then(MaskArg::file).unwrap_or(Path::new("--mask"));
-    let files = [("q", cli.q.as_path()), ("k", &cli.k), ("v", &cli.v), ("mask", mask_path)];
+    let d_o_path = cli.grad_out.as_deref().unwrap_or(Path::new("--grad-out"));
+    let files = [
+        ("q", cli.q.as_path()),
+        ("k", &cli.k),
+        ("v", &cli.v),
+        ("mask", mask_path),
+        ("d_o", d_o_path),
+    ];
     let n = q.ndim();
     if k.ndim() != n || v.ndim() != n {
         let (path, other) = if k.ndim() != n { (&cli.k, &k) } else { (&cli.v, &v) };
@@ -197,23 +265,59 @@ fn attend<A: Float + WritableElement>(
         Some(MaskArg::File(path)) => Some(load_mask(path, &weights_shape)?),
         Some(MaskArg::Window(_)) => unreachable!("run refused --mask window:W"),
     };
-    let implementation =
-        Impl::choose(cli.implementation, cli.written.wants_weights(), l_q * l_k);
+    let implementation = Impl::choose(cli.implementation, cli.written.wants_weights(), l_q * l_k);
     let masking = match (&cli.mask, &mask) {
         (Some(MaskArg::Causal), _) => Masking::Causal,
         (_, Some(mask)) => Masking::Mask(mask),
         (_, None) => Masking::All,
     };
-    // The computation alone, without file I/O: what --bench times.
-    let compute = || match implementation {
-        Impl::Plain => {
-            sdpa_batched(&q, &k, &v, mask.as_ref()).map(|att| (att.output, Some(att.weights)))
-        }
+    // The computation alone, without file I/O: what --bench times (the backward too when
+    // gradients are asked for).
+    let forward = || match implementation {
+        Impl::Plain => sdpa_batched(&q, &k, &v, mask.as_ref()).map(|att| Forward {
+            output: att.output,
+            weights: Some(att.weights),
+            lse: None,
+        }),
+        Impl::Tiled if d_o.is_some() => tiled_sdpa_with_lse(&q, &k, &v, masking, Tiles::default())
+            .map(|(output, lse)| Forward { output, weights: None, lse: Some(lse) }),
         Impl::Tiled => tiled_sdpa_batched(&q, &k, &v, masking, Tiles::default())
-            .map(|output| (output, None)),
+            .map(|output| Forward { output, weights: None, lse: None }),
     };
-    let (output, weights) = compute().map_err(|e| explain(&e, &files))?;
-    let median_ms = cli.bench.map(|runs| timing::median_ms(runs as usize, compute));
+    let backward = |forward: &Forward<A>, d_o: &ArrayD<A>| match forward {
+        Forward { weights: Some(weights), .. } => sdpa_backward(&q, &k, &v, weights, d_o),
+        Forward { output, lse: Some(lse), .. } => {
+            tiled_sdpa_backward(&q, &k, &v, masking, output, lse, d_o, Tiles::default())
+        }
+        _ => unreachable!("the tiled forward keeps the log-sum-exp when dO is given"),
+    };
+    let done = forward().map_err(|e| explain(&e, &files))?;
+    let grads: Option<SdpaGrads<A, IxDyn>> = match &d_o {
+        None => None,
+        Some(d_o) => {
+            if d_o.shape() != done.output.shape() {
+                return Err(Failure::Data(format!(
+                    "{}: has shape {} but the output (…, L_q, d_v) has shape {}: dO must \
+                     have the output's shape",
+                    d_o_path.display(),
+                    shape_text(d_o.shape()),
+                    shape_text(done.output.shape()),
+                )));
+            }
+            Some(backward(&done, d_o).map_err(|e| explain(&e, &files))?)
+        }
+    };
+    let median_ms = cli.bench.map(|runs| {
+        timing::median_ms(runs as usize, || {
+            let forward = forward();
+            let grads = match (&forward, &d_o) {
+                (Ok(forward), Some(d_o)) => Some(backward(forward, d_o)),
+                _ => None,
+            };
+            (forward, grads)
+        })
+    });
+    let Forward { output, weights, .. } = done;
 
     let mut outputs = Outputs::new();
     let mut written = vec![format!("output {}", shape_text(output.shape()))];
@@ -239,16 +343,29 @@ fn attend<A: Float + WritableElement>(
         outputs.write_bytes(path, &png)?;
         written.push("heatmap of the weights".into());
     }
+    if let Some(grads) = &grads {
+        for (path, name, grad) in
+            [(&cli.dq, "dQ", &grads.d_q), (&cli.dk, "dK", &grads.d_k), (&cli.dv, "dV", &grads.d_v)]
+        {
+            if let Some(path) = path {
+                outputs.write_npy(path, grad)?;
+                written.push(format!("gradient {name} {}", shape_text(grad.shape())));
+            }
+        }
+    }
     let paths = outputs.commit()?;
+    let what = if grads.is_some() { " and its backward" } else { "" };
     let mut summary = format!(
-        "attention ({}) over {} with L_q = {l_q}, L_k = {l_k}: {}",
+        "attention ({}){what} over {} with L_q = {l_q}, L_k = {l_k}: {}",
         implementation.name(),
         shape_text(q.shape()),
         wrote(&paths.into_iter().zip(written).collect::<Vec<_>>()),
     );
     if let (Some(runs), Some(ms)) = (cli.bench, median_ms) {
+        let timed = if grads.is_some() { " forward + backward" } else { "" };
         summary += &format!(
-            "\n{} median of {runs} runs after one warm-up, without file I/O:\nmedian_ms={ms:.3}",
+            "\n{}{timed} median of {runs} runs after one warm-up, without file I/O:\n\
+             median_ms={ms:.3}",
             implementation.name()
         );
     }

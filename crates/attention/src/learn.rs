@@ -53,7 +53,7 @@ use crate::grad::LayerTape;
 use crate::multihead::MultiHeadAttention;
 use crate::position::add_positions;
 
-fn invalid(what: &str, problem: String) -> AttentionError {
+fn invalid_setting(what: &str, problem: String) -> AttentionError {
     AttentionError::Invalid { what: what.into(), problem }
 }
 
@@ -89,7 +89,7 @@ pub fn cross_entropy(
     }
     let scored = targets.iter().flatten().count();
     if scored == 0 {
-        return Err(invalid("targets", "no position is scored".into()));
+        return Err(invalid_setting("targets", "no position is scored".into()));
     }
     let mut total = 0.0;
     let mut d_logits = Array2::zeros((n, classes));
@@ -97,7 +97,7 @@ pub fn cross_entropy(
         let Some(t) = *target else { continue }; // not scored: no loss, no gradient
         if t >= classes {
             let problem = format!("target {t} of row {i} is not below classes = {classes}");
-            return Err(invalid("targets", problem));
+            return Err(invalid_setting("targets", problem));
         }
         let z = logits.row(i);
         let max = z.fold(f64::NEG_INFINITY, |m, &x| m.max(x));
@@ -351,15 +351,21 @@ impl Adam {
     /// ```
     pub fn with_betas(lr: f64, beta1: f64, beta2: f64, eps: f64) -> Result<Self> {
         if !(lr > 0.0 && lr.is_finite()) {
-            return Err(invalid("Adam learning rate", format!("must be > 0, but it is {lr}")));
+            return Err(invalid_setting(
+                "Adam learning rate",
+                format!("must be > 0, but it is {lr}"),
+            ));
         }
         for (name, beta) in [("Adam β₁", beta1), ("Adam β₂", beta2)] {
             if !(0.0..1.0).contains(&beta) {
-                return Err(invalid(name, format!("must be in [0, 1), but it is {beta}")));
+                return Err(invalid_setting(
+                    name,
+                    format!("must be in [0, 1), but it is {beta}"),
+                ));
             }
         }
         if !(eps > 0.0 && eps.is_finite()) {
-            return Err(invalid("Adam ε", format!("must be > 0, but it is {eps}")));
+            return Err(invalid_setting("Adam ε", format!("must be > 0, but it is {eps}")));
         }
         let (m, v) = (Vec::new(), Vec::new());
         Ok(Adam { lr, beta1, beta2, eps, beta1_t: 1.0, beta2_t: 1.0, steps: 0, m, v })
@@ -893,7 +899,7 @@ impl TinyTransformer {
         if len > self.config.max_len {
             let problem =
                 format!("L = {len} is longer than max_len = {}", self.config.max_len);
-            return Err(invalid("tokens", problem));
+            return Err(invalid_setting("tokens", problem));
         }
         if let Some(masks) = drops {
             if masks.len() != self.layers.len() {
@@ -1298,7 +1304,7 @@ impl Task {
             return Err(AttentionError::Empty { what: "task".into(), dim: "L" });
         }
         if vocab < 2 {
-            return Err(invalid(
+            return Err(invalid_setting(
                 "task",
                 format!("vocab must be at least 2, but it is {vocab}"),
             ));
@@ -1307,7 +1313,7 @@ impl Task {
             let what = "induction task";
             if !(2..=vocab).contains(&prefix) || prefix > len {
                 let problem = format!("prefix = {prefix} must be in 2..=min(vocab, len)");
-                return Err(invalid(what, problem));
+                return Err(invalid_setting(what, problem));
             }
             if len - prefix > prefix - 1 {
                 let (q, p) = (len - prefix, prefix);
@@ -1315,7 +1321,7 @@ impl Task {
                     "len − prefix = {q} queries need prefix ≥ {}, but prefix = {p}",
                     q + 1
                 );
-                return Err(invalid(what, problem));
+                return Err(invalid_setting(what, problem));
             }
         }
         Ok(())
@@ -1440,7 +1446,7 @@ impl Task {
             draws += 1;
             if draws > 1000 * (n + 1) {
                 let problem = "almost every sequence drawn is excluded (held out)".into();
-                return Err(invalid("training batch", problem));
+                return Err(invalid_setting("training batch", problem));
             }
             let seq = self.sequence(rng);
             if !exclude.is_some_and(|set| set.contains(&seq)) {
@@ -1593,7 +1599,7 @@ pub fn weight_on(weights: &ArrayRef2<f64>, sources: &[Option<usize>]) -> Result<
     for (i, source) in sources.iter().enumerate() {
         let Some(j) = *source else { continue };
         if j >= len {
-            return Err(invalid(
+            return Err(invalid_setting(
                 "sources",
                 format!("source {j} of row {i} is not below L = {len}"),
             ));
@@ -1602,7 +1608,7 @@ pub fn weight_on(weights: &ArrayRef2<f64>, sources: &[Option<usize>]) -> Result<
         rows += 1;
     }
     if rows == 0 {
-        return Err(invalid("sources", "no row has a source".into()));
+        return Err(invalid_setting("sources", "no row has a source".into()));
     }
     Ok(total / rows as f64)
 }
@@ -1720,7 +1726,7 @@ impl TrainConfig {
         self.model().check()?;
         for (what, size) in [("batch_size", self.batch_size), ("held_out", self.held_out)] {
             if size == 0 {
-                return Err(invalid(what, "must be at least 1".into()));
+                return Err(invalid_setting(what, "must be at least 1".into()));
             }
         }
         Ok(())
@@ -1876,7 +1882,7 @@ fn held_out_set(config: &TrainConfig, rng: &mut StdRng) -> Result<Batch> {
         attempts += 1;
         if attempts > 100 * config.held_out + 1000 {
             let problem = format!("could not draw {} distinct sequences", config.held_out);
-            return Err(invalid("held-out set", problem));
+            return Err(invalid_setting("held-out set", problem));
         }
         let seq = config.task.sequence(rng);
         if seen.insert(seq.clone()) {

@@ -23,6 +23,7 @@
 //! | Generating one token at a time | [`decode`] | [`KvCache`](decode::KvCache) (full or sliding-window), one decoding step, [`kv_cache_bytes_per_token`](decode::kv_cache_bytes_per_token) |
 //! | Gradients | [`grad`] | [`softmax_backward`](grad::softmax_backward), [`sdpa_backward`](grad::sdpa_backward), [`MultiHeadAttention::backward`](multihead::MultiHeadAttention::backward): the backward pass, by hand |
 //! | Gradients, Watching attention learn | [`exact`] | [`matmul`](exact::matmul) in a fixed order, [`exp`](exact::exp) and [`ln`](exact::ln) from `libm`, [`sdpa`](exact::sdpa): the same bits on every machine |
+//! | Gradients | [`tiled_grad`] | [`tiled_sdpa_with_lse`](tiled_grad::tiled_sdpa_with_lse), [`tiled_sdpa_backward`](tiled_grad::tiled_sdpa_backward): the FlashAttention-2 backward, weights recomputed tile by tile, no `L_q × L_k` matrix |
 //! | Watching attention learn | [`dropout`] | [`Dropout`](dropout::Dropout), [`apply_scale`](dropout::apply_scale): attention dropout with inverted scaling `1/(1 − p)` |
 //! | Watching attention learn | [`learn`] | [`TinyTransformer`](learn::TinyTransformer), [`cross_entropy`](learn::cross_entropy), [`Adam`](learn::Adam), [`Task`](learn::Task), [`train`](learn::train), [`position_blind_ceiling`](learn::position_blind_ceiling): a tiny model trained by hand |
 //!
@@ -77,6 +78,7 @@ mod shapes;
 pub mod softmax;
 pub mod stats;
 pub mod tiled;
+pub mod tiled_grad;
 
 pub use error::{AttentionError, Result};
 pub use float::Float;

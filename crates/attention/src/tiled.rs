@@ -17,18 +17,20 @@
 //! The extra memory is one `block_q × tile_k` buffer per thread next to the `L_q × d_v`
 //! output, never `L_q × L_k`. The results equal the plain path's up to rounding (the tests
 //! compare them on the PyTorch fixtures within `1e-5` for `f32` and `1e-12` for `f64`); the
-//! weights are never formed, so only the output is returned.
+//! weights are never formed, so only the output is returned (and, for the backward pass of
+//! chapter *Gradients*, each row's log-sum-exp:
+//! [`tiled_sdpa_with_lse`](crate::tiled_grad::tiled_sdpa_with_lse)).
 //!
 //! The work is spread over threads with [rayon]: every (batch, head, query block) is one task.
 //! The products go through ndarray's `general_mat_mul` (the `matrixmultiply` crate), which
 //! writes into the existing tile buffer.
 //!
 //! Anchors (below the doc comments): `online_update`, `online_softmax`, `attend_block`,
-//! `causal_end`, `mask_tile`, `fast_exp`.
+//! `causal_end`, `mask_tile`, `fast_exp`; `log_sum_exp` for chapter *Gradients*.
 
 use ndarray::{
     Array, Array1, Array2, Array3, ArrayRef, ArrayRef1, ArrayRef2, ArrayView2, ArrayViewD,
-    ArrayViewMut2, Axis, Dimension, IxDyn, Zip, linalg::general_mat_mul, s,
+    ArrayViewMut1, ArrayViewMut2, Axis, Dimension, IxDyn, Zip, linalg::general_mat_mul, s,
 };
 use rayon::prelude::*;
 use std::any::TypeId;
@@ -103,6 +105,30 @@ impl<A: Float> Running<A> {
     }
 }
 // ANCHOR_END: online_update
+
+impl<A: Float> Running<A> {
+    /// The log-sum-exp of the scores seen, `ln Σⱼ exp(xⱼ) = m + ln l`, or −∞ when none was
+    /// visible (`l = 0`). It is all a row's softmax needs to be recomputed later:
+    /// `softmax(x)ⱼ = exp(xⱼ − lse)`, the identity the tiled backward
+    /// ([`tiled_grad`](crate::tiled_grad)) rests on.
+    ///
+    /// ```
+    /// use attention::tiled::Running;
+    ///
+    /// let mut run = Running::new();
+    /// assert_eq!(run.log_sum_exp(), f64::NEG_INFINITY); // nothing seen: a fully masked row
+    /// for x in [1.0_f64, 3.0, 2.0] {
+    ///     run.push(x);
+    /// }
+    /// let direct = (1.0_f64.exp() + 3.0_f64.exp() + 2.0_f64.exp()).ln();
+    /// assert!((run.log_sum_exp() - direct).abs() < 1e-15);
+    /// ```
+    // ANCHOR: log_sum_exp
+    pub fn log_sum_exp(&self) -> A {
+        if self.sum > A::zero() { self.max + self.sum.ln() } else { A::neg_infinity() }
+    }
+    // ANCHOR_END: log_sum_exp
+}
 
 impl<A: Float> Default for Running<A> {
     /// The same as [`Running::new`].
@@ -217,7 +243,7 @@ impl Tiles {
         self.block_q * self.tile_k
     }
 
-    fn check(&self) -> Result<()> {
+    pub(crate) fn check(&self) -> Result<()> {
         for (size, dim) in [(self.block_q, "block_q"), (self.tile_k, "tile_k")] {
             if size == 0 {
                 return Err(AttentionError::Empty { what: "tiles".into(), dim });
@@ -292,41 +318,52 @@ pub fn tiled_sdpa_batched<A: Float, D: Dimension>(
     masking: Masking,
     tiles: Tiles,
 ) -> Result<Array<A, D>> {
+    Ok(forward(q, k, v, masking, tiles, false)?.0)
+}
+
+/// The work of [`tiled_sdpa_batched`]; with `with_lse`, also the log-sum-exp of every row of
+/// scores, `(..., L_q)` ([`Running::log_sum_exp`]: −∞ for a query that sees no key), read
+/// off each row's final `(m, l)`, for the backward of [`tiled_grad`](crate::tiled_grad).
+#[allow(clippy::type_complexity)] // the output and, if asked for, the log-sum-exp
+pub(crate) fn forward<A: Float, D: Dimension>(
+    q: &ArrayRef<A, D>,
+    k: &ArrayRef<A, D>,
+    v: &ArrayRef<A, D>,
+    masking: Masking,
+    tiles: Tiles,
+    with_lse: bool,
+) -> Result<(Array<A, D>, Option<Array<A, D::Smaller>>)> {
     let (l_q, l_k, d_k, d_v) = check_qkv(q.shape(), k.shape(), v.shape())?;
     tiles.check()?;
     let lead = &q.shape()[..q.ndim() - 2];
     let count: usize = lead.iter().product();
     let mut scores_shape = lead.to_vec();
     scores_shape.extend([l_q, l_k]);
-    let mask = match masking {
-        Masking::Mask(mask) => Some(mask.as_array()),
-        _ => None,
-    };
-    let masks = match &mask {
-        Some(mask) => {
-            let allowed = mask.broadcast(IxDyn(&scores_shape)).ok_or_else(|| {
-                AttentionError::MaskShape {
-                    mask: mask.shape().to_vec(),
-                    scores: scores_shape.clone(),
-                }
-            })?;
-            Some(matrices(allowed))
-        }
-        None => None,
-    };
+    let mask = masking_array(masking);
+    let masks = mask.as_ref().map(|mask| mask_matrices(mask, &scores_shape)).transpose()?;
     let q3 = q.to_shape((count, l_q, d_k)).expect("leading axes collapse into one");
     let k3 = k.to_shape((count, l_k, d_k)).expect("leading axes collapse into one");
     let v3 = v.to_shape((count, l_k, d_v)).expect("leading axes collapse into one");
     let mut out = Array3::<A>::zeros((count, l_q, d_v));
+    let mut lse = with_lse.then(|| Array2::<A>::zeros((count, l_q)));
+    let lse_rows: Vec<Option<ArrayViewMut1<A>>> = match &mut lse {
+        Some(lse) => lse.outer_iter_mut().map(Some).collect(),
+        None => (0..count).map(|_| None).collect(),
+    };
 
     // One task per (matrix of the stack, block of queries), each owning its output rows.
     let mut tasks = Vec::with_capacity(count * l_q.div_ceil(tiles.block_q));
-    for (b, mut rest) in out.outer_iter_mut().enumerate() {
+    for (b, (mut rest, mut lse_rest)) in out.outer_iter_mut().zip(lse_rows).enumerate() {
         let mut i0 = 0;
         while rest.nrows() > 0 {
             let rows = tiles.block_q.min(rest.nrows());
             let (block, tail) = rest.split_at(Axis(0), rows);
-            tasks.push((b, i0, block));
+            let lse_block = lse_rest.take().map(|lse_all| {
+                let (lse_block, lse_tail) = lse_all.split_at(Axis(0), rows);
+                lse_rest = Some(lse_tail);
+                lse_block
+            });
+            tasks.push((b, i0, block, lse_block));
             i0 += tiles.block_q;
             rest = tail;
         }
@@ -336,13 +373,9 @@ pub fn tiled_sdpa_batched<A: Float, D: Dimension>(
     let scratch = Tiles { block_q: tiles.block_q.min(l_q), tile_k: tiles.tile_k.min(l_k) };
     tasks.into_par_iter().for_each_init(
         || Scratch::new(scratch),
-        |scratch, (b, i0, out_block)| {
+        |scratch, (b, i0, out_block, lse_block)| {
             let rows = i0..i0 + out_block.nrows();
-            let visible = match (&masks, masking) {
-                (Some(m), _) => Visible::Mask(m[b].slice(s![rows.clone(), ..])),
-                (None, Masking::Causal) => Visible::Causal,
-                (None, _) => Visible::All,
-            };
+            let visible = visible(masks.as_deref(), masking, b, rows.clone());
             let q_block = q3.slice(s![b, rows, ..]);
             let (k, v) = (k3.index_axis(Axis(0), b), v3.index_axis(Axis(0), b));
             attend_block(
@@ -356,16 +389,65 @@ pub fn tiled_sdpa_batched<A: Float, D: Dimension>(
                 out_block,
                 scratch,
             );
+            if let Some(mut lse_block) = lse_block {
+                // Each row's final (m, l) is still in the scratch.
+                for (lse, run) in lse_block.iter_mut().zip(&scratch.running) {
+                    *lse = run.log_sum_exp();
+                }
+            }
         },
     );
 
+    Ok((unflatten(out, lead), lse.map(|lse| unflatten(lse, lead))))
+}
+
+/// `(count, ...)` back to `(lead..., ...)`, in the dimension type `E` of the result.
+pub(crate) fn unflatten<A, E: Dimension, F: Dimension>(
+    a: Array<A, F>,
+    lead: &[usize],
+) -> Array<A, E> {
     let mut shape = lead.to_vec();
-    shape.extend([l_q, d_v]);
-    Ok(out
-        .into_shape_with_order(IxDyn(&shape))
-        .expect("count·L_q·d_v elements")
-        .into_dimensionality::<D>()
-        .expect("same number of axes as the inputs"))
+    shape.extend(&a.shape()[1..]);
+    a.into_shape_with_order(IxDyn(&shape))
+        .expect("the same number of elements")
+        .into_dimensionality::<E>()
+        .expect("the number of axes of the result")
+}
+
+/// The boolean array of `masking`, if it is a mask.
+pub(crate) fn masking_array<'a>(masking: Masking<'a>) -> Option<ArrayViewD<'a, bool>> {
+    match masking {
+        Masking::Mask(mask) => Some(mask.as_array()),
+        _ => None,
+    }
+}
+
+/// A mask broadcast to the scores' shape `(lead..., L_q, L_k)`, as one `(L_q, L_k)` matrix per
+/// matrix of the stack; an error naming both shapes if it does not broadcast.
+pub(crate) fn mask_matrices<'m>(
+    mask: &'m ArrayViewD<'_, bool>,
+    scores_shape: &[usize],
+) -> Result<Vec<ArrayView2<'m, bool>>> {
+    let allowed =
+        mask.broadcast(IxDyn(scores_shape)).ok_or_else(|| AttentionError::MaskShape {
+            mask: mask.shape().to_vec(),
+            scores: scores_shape.to_vec(),
+        })?;
+    Ok(matrices(allowed))
+}
+
+/// The keys the queries `rows` of matrix `b` may see.
+pub(crate) fn visible<'a>(
+    masks: Option<&[ArrayView2<'a, bool>]>,
+    masking: Masking,
+    b: usize,
+    rows: std::ops::Range<usize>,
+) -> Visible<'a> {
+    match (masks, masking) {
+        (Some(m), _) => Visible::Mask(m[b].slice_move(s![rows, ..])),
+        (None, Masking::Causal) => Visible::Causal,
+        (None, _) => Visible::All,
+    }
 }
 
 /// Causal attention: the keys a block of `n_q` queries starting at `i0` may see end after its
@@ -414,7 +496,7 @@ fn matrices<T>(a: ArrayViewD<'_, T>) -> Vec<ArrayView2<'_, T>> {
 /// (`(block rows, L_k)`).
 #[derive(Clone, Copy)]
 // ANCHOR: mask_tile
-enum Visible<'a> {
+pub(crate) enum Visible<'a> {
     All,
     Causal,
     Mask(ArrayView2<'a, bool>),
@@ -510,7 +592,7 @@ fn attend_block<A: Float>(
 /// compiler can vectorise ([`exp_f32`]); `f64` keeps the standard library's, accurate to the
 /// last bit, so that it matches the plain path within `1e-12`.
 // ANCHOR: fast_exp
-fn exp_in_place<A: Float>(row: &mut [A], max: A) -> A {
+pub(crate) fn exp_in_place<A: Float>(row: &mut [A], max: A) -> A {
     if TypeId::of::<A>() == TypeId::of::<f32>() {
         // SAFETY: A is f32 (same TypeId), so the slice has f32's layout.
         let row = unsafe { &mut *(row as *mut [A] as *mut [f32]) };
@@ -612,7 +694,12 @@ fn exp_f32(x: f32) -> f32 {
 /// Sets the blocked scores of one tile (rows = queries from `i0`, columns = keys from `j0`)
 /// to −∞.
 // ANCHOR: mask_tile
-fn mask_tile<A: Float>(p: &mut ArrayRef2<A>, visible: Visible, i0: usize, j0: usize) {
+pub(crate) fn mask_tile<A: Float>(
+    p: &mut ArrayRef2<A>,
+    visible: Visible,
+    i0: usize,
+    j0: usize,
+) {
     match visible {
         Visible::All => {}
         Visible::Causal => {
