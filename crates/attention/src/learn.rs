@@ -53,9 +53,11 @@ use crate::grad::LayerTape;
 use crate::multihead::MultiHeadAttention;
 use crate::position::add_positions;
 
+// ANCHOR: invalid_setting
 fn invalid_setting(what: &str, problem: String) -> AttentionError {
     AttentionError::Invalid { what: what.into(), problem }
 }
+// ANCHOR_END: invalid_setting
 
 /// The mean cross-entropy of `logits: (n, classes)` against `targets` (one per row; `None`
 /// = the row is not scored), and its gradient with respect to the logits.
@@ -337,9 +339,11 @@ impl Adam {
     /// assert_eq!(Adam::new(3e-3).unwrap().lr(), 3e-3);
     /// assert!(Adam::new(0.0).is_err());
     /// ```
+    // ANCHOR: adam_new
     pub fn new(lr: f64) -> Result<Self> {
         Adam::with_betas(lr, 0.9, 0.999, 1e-8)
     }
+    // ANCHOR_END: adam_new
 
     /// Adam with every setting given: `lr > 0`, `0 ≤ β₁, β₂ < 1`, `ε > 0`.
     ///
@@ -349,6 +353,7 @@ impl Adam {
     /// assert!(Adam::with_betas(1e-3, 0.9, 0.98, 1e-9).is_ok());
     /// assert!(Adam::with_betas(1e-3, 1.0, 0.98, 1e-9).is_err());
     /// ```
+    // ANCHOR: adam_new
     pub fn with_betas(lr: f64, beta1: f64, beta2: f64, eps: f64) -> Result<Self> {
         if !(lr > 0.0 && lr.is_finite()) {
             return Err(invalid_setting(
@@ -370,6 +375,7 @@ impl Adam {
         let (m, v) = (Vec::new(), Vec::new());
         Ok(Adam { lr, beta1, beta2, eps, beta1_t: 1.0, beta2_t: 1.0, steps: 0, m, v })
     }
+    // ANCHOR_END: adam_new
 
     /// The learning rate.
     ///
@@ -670,6 +676,7 @@ impl ModelGrads {
     /// let (_, grads) = model.loss_and_grads(&batch, None).unwrap();
     /// assert_eq!(grads.views().len(), model.parameters().len()); // 2 + 2·4 + 2
     /// ```
+    // ANCHOR: grads_views
     pub fn views(&self) -> Vec<ArrayViewD<'_, f64>> {
         let mut views = vec![self.tokens.view().into_dyn()];
         views.extend(self.positions.iter().map(|p| p.view().into_dyn()));
@@ -680,6 +687,7 @@ impl ModelGrads {
         views.push(self.b_out.view().into_dyn());
         views
     }
+    // ANCHOR_END: grads_views
 }
 
 /// A batch of sequences and what each position should predict.
@@ -712,6 +720,7 @@ impl Batch {
     /// assert!(Batch::new(&task, &[vec![1, 2]]).is_err()); // length 2, not 3
     /// assert!(Batch::new(&task, &[vec![1, 2, 4]]).is_err()); // token 4 is not below 4
     /// ```
+    // ANCHOR: batch_new
     pub fn new(task: &Task, sequences: &[Vec<usize>]) -> Result<Batch> {
         task.check()?;
         let len = task.len();
@@ -723,6 +732,7 @@ impl Batch {
         }
         Ok(Batch { tokens, targets })
     }
+    // ANCHOR_END: batch_new
 
     /// The number of sequences.
     ///
@@ -748,6 +758,7 @@ impl Batch {
     }
 }
 
+// ANCHOR: init_helpers
 fn uniform_matrix(rows: usize, cols: usize, a: f64, rng: &mut StdRng) -> Array2<f64> {
     let dist = Uniform::new(-a, a).expect("a > 0 and finite");
     Array2::from_shape_simple_fn((rows, cols), || dist.sample(rng)) // row-major
@@ -757,6 +768,7 @@ fn uniform_matrix(rows: usize, cols: usize, a: f64, rng: &mut StdRng) -> Array2<
 fn xavier(fan_in: usize, fan_out: usize) -> f64 {
     (6.0 / (fan_in + fan_out) as f64).sqrt()
 }
+// ANCHOR_END: init_helpers
 
 impl TinyTransformer {
     /// A model with seeded random parameters, drawn in this order, row-major, each from
@@ -884,6 +896,7 @@ impl TinyTransformer {
     }
     // ANCHOR_END: model_forward
 
+    // ANCHOR: model_check
     fn check_input(
         &self,
         batch: usize,
@@ -917,6 +930,7 @@ impl TinyTransformer {
         }
         Ok(())
     }
+    // ANCHOR_END: model_check
 
     /// The forward pass in evaluation mode (no dropout): the logits and every layer's
     /// attention weights.
@@ -934,11 +948,13 @@ impl TinyTransformer {
     /// let same = |i: usize| out.logits.slice(ndarray::s![0, i, ..]).to_vec();
     /// assert_eq!(same(0), same(1));
     /// ```
+    // ANCHOR: model_eval
     pub fn forward(&self, tokens: &ArrayRef2<usize>) -> Result<ModelOutput> {
         let (logits, tape) = self.forward_train(tokens, None)?;
         let weights = tape.layers.iter().map(|t| t.weights().clone()).collect();
         Ok(ModelOutput { logits, weights })
     }
+    // ANCHOR_END: model_eval
 
     /// One dropout scale mask `(batch, heads, len, len)` per layer, drawn layer after layer
     /// from `rng` (see [`Dropout::scale_mask`]).
@@ -954,6 +970,7 @@ impl TinyTransformer {
     /// let masks = model.dropout_masks(&dropout, 5, 3, &mut StdRng::seed_from_u64(2));
     /// assert_eq!((masks.len(), masks[1].dim()), (2, (5, 2, 3, 3)));
     /// ```
+    // ANCHOR: dropout_masks
     pub fn dropout_masks<R: Rng + ?Sized>(
         &self,
         dropout: &Dropout,
@@ -964,6 +981,7 @@ impl TinyTransformer {
         let shape = (batch, self.config.heads, len, len);
         self.layers.iter().map(|_| dropout.scale_mask(shape, rng)).collect()
     }
+    // ANCHOR_END: dropout_masks
 
     /// The backward pass: from `d_logits: (batch, L, vocab)` (the gradient of the loss with
     /// respect to the logits) and the tape of [`TinyTransformer::forward_train`], the
@@ -1034,6 +1052,7 @@ impl TinyTransformer {
     /// let (loss, _) = model.loss_and_grads(&batch, None).unwrap();
     /// assert!((loss - 4f64.ln()).abs() < 1.0); // near ln 4: an untrained model guesses
     /// ```
+    // ANCHOR: loss_and_grads
     pub fn loss_and_grads(
         &self,
         batch: &Batch,
@@ -1046,6 +1065,7 @@ impl TinyTransformer {
         let d_logits = d_logits.into_shape_with_order((b, len, vocab)).expect("rows");
         Ok((loss, self.backward(&tape, &d_logits)?))
     }
+    // ANCHOR_END: loss_and_grads
 
     /// Every parameter tensor as a view, in a fixed order: the token table, the position
     /// table (if any), `W_Q`, `W_K`, `W_V`, `W_O` of each layer, the read-out's weight and
@@ -1099,6 +1119,7 @@ impl TinyTransformer {
     /// [`TinyTransformer::parameters`]. A [`MultiHeadAttention`] does not lend out its
     /// weights mutably, so each layer's four matrices are copied out, changed, and put
     /// back through [`MultiHeadAttention::new`] (which checks their shapes again).
+    // ANCHOR: model_update
     fn update<F>(&mut self, change: F) -> Result<()>
     where
         F: FnOnce(&mut [ArrayViewMutD<'_, f64>]) -> Result<()>,
@@ -1118,6 +1139,7 @@ impl TinyTransformer {
         }
         Ok(())
     }
+    // ANCHOR_END: model_update
 
     /// The predicted token at every position (the largest logit; the lowest id on a tie),
     /// in evaluation mode, and how many scored positions it gets right.
@@ -1169,6 +1191,7 @@ fn score_logits(logits: &ArrayRef3<f64>, targets: &[Option<usize>]) -> Result<Sc
 // ANCHOR_END: accuracy
 
 /// The index of the largest entry (the first one on a tie).
+// ANCHOR: accuracy
 fn argmax(row: &ArrayRef1<f64>) -> usize {
     let mut best = 0;
     for (j, &x) in row.iter().enumerate() {
@@ -1178,6 +1201,7 @@ fn argmax(row: &ArrayRef1<f64>) -> usize {
     }
     best
 }
+// ANCHOR_END: accuracy
 
 /// How many scored positions were answered right.
 ///
@@ -1188,12 +1212,14 @@ fn argmax(row: &ArrayRef1<f64>) -> usize {
 /// assert_eq!(score.accuracy(), 0.75);
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+// ANCHOR: score
 pub struct Score {
     /// Right answers.
     pub correct: usize,
     /// Scored positions.
     pub scored: usize,
 }
+// ANCHOR_END: score
 
 impl Score {
     /// `correct / scored` (0 when nothing is scored).
@@ -1203,9 +1229,11 @@ impl Score {
     ///
     /// assert_eq!(Score { correct: 0, scored: 0 }.accuracy(), 0.0);
     /// ```
+    // ANCHOR: score
     pub fn accuracy(&self) -> f64 {
         if self.scored == 0 { 0.0 } else { self.correct as f64 / self.scored as f64 }
     }
+    // ANCHOR_END: score
 }
 
 /// A synthetic task: how sequences are drawn and what each position should predict.
@@ -1255,11 +1283,13 @@ impl Task {
     ///
     /// assert_eq!(Task::Reversal { len: 9, vocab: 4 }.len(), 9);
     /// ```
+    // ANCHOR: task_check
     pub fn len(&self) -> usize {
         match *self {
             Task::Reversal { len, .. } | Task::Induction { len, .. } => len,
         }
     }
+    // ANCHOR_END: task_check
 
     /// Whether sequences are empty (`L = 0`; [`Task::check`] rejects that).
     ///
@@ -1279,11 +1309,13 @@ impl Task {
     ///
     /// assert_eq!(Task::Induction { len: 12, vocab: 16, prefix: 8 }.vocab(), 16);
     /// ```
+    // ANCHOR: task_check
     pub fn vocab(&self) -> usize {
         match *self {
             Task::Reversal { vocab, .. } | Task::Induction { vocab, .. } => vocab,
         }
     }
+    // ANCHOR_END: task_check
 
     /// Checks the settings: `len ≥ 1`, `vocab ≥ 2`; for induction also
     /// `2 ≤ prefix ≤ vocab` and `len − prefix ≤ prefix − 1` (enough distinct queries).
@@ -1298,6 +1330,7 @@ impl Task {
     ///     "induction task: len − prefix = 6 queries need prefix ≥ 7, but prefix = 6"
     /// );
     /// ```
+    // ANCHOR: task_check
     pub fn check(&self) -> Result<()> {
         let (len, vocab) = (self.len(), self.vocab());
         if len == 0 {
@@ -1326,6 +1359,7 @@ impl Task {
         }
         Ok(())
     }
+    // ANCHOR_END: task_check
 
     /// Where the answer of every position of `tokens` is: the position whose token is the
     /// target (`None` = the position is not scored). This is the task's rule, and the
@@ -1403,6 +1437,7 @@ impl Task {
     /// let scored = task.targets(&seq).unwrap().iter().flatten().count();
     /// assert_eq!((seq.len(), scored), (10, 4)); // every query is scored
     /// ```
+    // ANCHOR: task_data
     pub fn sequence<R: Rng + ?Sized>(&self, rng: &mut R) -> Vec<usize> {
         match *self {
             Task::Reversal { len, vocab } => {
@@ -1421,6 +1456,7 @@ impl Task {
             }
         }
     }
+    // ANCHOR_END: task_data
 
     /// `n` random sequences and their targets; sequences in `exclude` (the held-out set)
     /// are drawn again, so that training never sees them.
@@ -1433,6 +1469,7 @@ impl Task {
     /// let batch = task.batch(32, &mut StdRng::seed_from_u64(0), None).unwrap();
     /// assert_eq!((batch.tokens.dim(), batch.targets.len()), ((32, 7), 32 * 7));
     /// ```
+    // ANCHOR: task_data
     pub fn batch<R: Rng + ?Sized>(
         &self,
         n: usize,
@@ -1455,6 +1492,7 @@ impl Task {
         }
         Batch::new(self, &sequences)
     }
+    // ANCHOR_END: task_data
 
     /// A fixed input whose attention the chapter draws: reversal, the tokens `i mod vocab`;
     /// induction, the prefix `0, 1, …, prefix − 1` followed by the queries
@@ -1468,6 +1506,7 @@ impl Task {
     /// let induction = Task::Induction { len: 7, vocab: 8, prefix: 4 };
     /// assert_eq!(induction.probe(), [0, 1, 2, 3, 0, 1, 2]);
     /// ```
+    // ANCHOR: task_data
     pub fn probe(&self) -> Vec<usize> {
         match *self {
             Task::Reversal { len, vocab } => (0..len).map(|i| i % vocab).collect(),
@@ -1476,6 +1515,7 @@ impl Task {
             }
         }
     }
+    // ANCHOR_END: task_data
 }
 
 /// The most a position-blind model can score on `batch`, for any task: an upper bound.
@@ -1740,6 +1780,7 @@ impl TrainConfig {
     /// let model = TrainConfig::reversal().model();
     /// assert_eq!((model.vocab, model.max_len), (4, 9));
     /// ```
+    // ANCHOR: train_config_model
     pub fn model(&self) -> ModelConfig {
         ModelConfig {
             vocab: self.task.vocab(),
@@ -1750,6 +1791,7 @@ impl TrainConfig {
             positions: self.positions,
         }
     }
+    // ANCHOR_END: train_config_model
 }
 
 /// The held-out loss and accuracy after `step` updates.
@@ -1874,6 +1916,7 @@ pub fn train(config: &TrainConfig) -> Result<TrainingRun> {
 // ANCHOR_END: train_loop
 
 /// `held_out` distinct sequences of the task.
+// ANCHOR: held_out
 fn held_out_set(config: &TrainConfig, rng: &mut StdRng) -> Result<Batch> {
     let mut seen = HashSet::new();
     let mut sequences = Vec::with_capacity(config.held_out);
@@ -1891,8 +1934,10 @@ fn held_out_set(config: &TrainConfig, rng: &mut StdRng) -> Result<Batch> {
     }
     Batch::new(&config.task, &sequences)
 }
+// ANCHOR_END: held_out
 
 /// Records evaluations and snapshots during [`train`].
+// ANCHOR: recorder
 struct Recorder<'a> {
     config: &'a TrainConfig,
     held_out: &'a Batch,
@@ -1900,7 +1945,9 @@ struct Recorder<'a> {
     evals: Vec<Evaluation>,
     snapshots: Vec<Snapshot>,
 }
+// ANCHOR_END: recorder
 
+// ANCHOR: recorder
 impl Recorder<'_> {
     fn record(&mut self, model: &TinyTransformer, step: usize) -> Result<()> {
         let every = self.config.eval_every.max(1);
@@ -1920,6 +1967,7 @@ impl Recorder<'_> {
         Ok(())
     }
 }
+// ANCHOR_END: recorder
 
 #[cfg(test)]
 mod tests {
