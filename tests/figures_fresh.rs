@@ -81,6 +81,7 @@ chapters! {
     ch08 => "../examples/ch08_scale.rs",
     ch09 => "../examples/ch09_position.rs",
     ch10 => "../examples/ch10_generation.rs",
+    ch11 => "../examples/ch11_gradients.rs",
     ch12 => "../examples/ch12_learning.rs",
 }
 

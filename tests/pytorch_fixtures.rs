@@ -569,6 +569,7 @@ fn sdpa_backward_matches_pytorch_autograd_f64() {
     let (count, worst) = check_grad_cases::<f64>("f64", F64_TOLERANCE);
     assert_eq!(count, 8, "expected 8 f64 gradient cases");
     println!("f64 SDPA gradients: largest |ours − PyTorch| / (1 + |PyTorch|) = {worst:.1e}");
+    assert!(worst < 1e-15, "chapter Gradients quotes below 1e-15, got {worst:e}");
 }
 
 #[test]
@@ -576,6 +577,7 @@ fn sdpa_backward_matches_pytorch_autograd_f32() {
     let (count, worst) = check_grad_cases::<f32>("f32", F32_TOLERANCE);
     assert_eq!(count, 8, "expected 8 f32 gradient cases");
     println!("f32 SDPA gradients: largest |ours − PyTorch| / (1 + |PyTorch|) = {worst:.1e}");
+    assert!(worst < 1e-6, "chapter Gradients quotes below 1e-6, got {worst:e}");
 }
 
 /// The tiled backward (`tiled_grad::tiled_sdpa_backward`, after `tiled_sdpa_with_lse`)
@@ -674,6 +676,7 @@ fn layer_backward_matches_pytorch_autograd_f64() {
     let (count, worst) = check_grad_mha_cases::<f64>("f64", F64_TOLERANCE);
     assert_eq!(count, 2, "expected 2 f64 layer gradient cases");
     println!("f64 layer gradients: largest |ours − PyTorch| / (1 + |PyTorch|) = {worst:.1e}");
+    assert!(worst < 1e-15, "chapter Gradients quotes below 1e-15, got {worst:e}");
 }
 
 #[test]
@@ -681,4 +684,5 @@ fn layer_backward_matches_pytorch_autograd_f32() {
     let (count, worst) = check_grad_mha_cases::<f32>("f32", F32_TOLERANCE);
     assert_eq!(count, 2, "expected 2 f32 layer gradient cases");
     println!("f32 layer gradients: largest |ours − PyTorch| / (1 + |PyTorch|) = {worst:.1e}");
+    assert!(worst < 1e-6, "chapter Gradients quotes below 1e-6, got {worst:e}");
 }

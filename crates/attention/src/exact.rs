@@ -26,8 +26,8 @@
 //! [`sdpa_batched`](crate::sdpa::sdpa_batched) to rounding (the tests check `1e-12` in `f64`);
 //! what they add is that their rounding is the same on every machine.
 //!
-//! Anchors (below the doc comments): `exact_matmul`, `exact_exp_ln`, `exact_softmax`,
-//! `exact_sdpa`.
+//! Anchors (below the doc comments): `transposed`, `exact_matmul`, `check_matmul`,
+//! `exact_exp_ln`, `exact_softmax`, `exact_sdpa`.
 
 use ndarray::{Array, ArrayRef, ArrayView, ArrayViewMut1, Axis, Dimension, IxDyn};
 
@@ -48,6 +48,7 @@ use crate::shapes::check_qkv;
 /// assert_eq!(transposed(&array![[1, 2, 3]]), array![[1], [2], [3]]);
 /// assert_eq!(transposed(&Array3::<f64>::zeros((4, 2, 3))).dim(), (4, 3, 2));
 /// ```
+// ANCHOR: transposed
 pub fn transposed<A, D: Dimension>(a: &ArrayRef<A, D>) -> ArrayView<'_, A, D> {
     let mut view = a.view();
     let n = view.ndim();
@@ -56,6 +57,7 @@ pub fn transposed<A, D: Dimension>(a: &ArrayRef<A, D>) -> ArrayView<'_, A, D> {
     }
     view
 }
+// ANCHOR_END: transposed
 
 /// The matrix product `a · b` for every matrix of the stacks `a: (..., m, n)` and
 /// `b: (..., n, p)`, which share their leading (batch, head) axes: `(..., m, p)`.
@@ -124,6 +126,7 @@ pub fn matmul<A: Float, D: Dimension>(
 
 /// Checks `a: (..., m, n)` and `b: (..., n, p)` with the same leading axes; returns them
 /// and `(m, n, p)`.
+// ANCHOR: check_matmul
 fn check_matmul<'s>(
     a: &'s [usize],
     b: &[usize],
@@ -159,6 +162,7 @@ fn check_matmul<'s>(
     }
     Ok((a_lead, m, n, p))
 }
+// ANCHOR_END: check_matmul
 
 /// `eˣ`, computed by [`libm::exp`] in `f64` and rounded to `A`: the same result on every
 /// machine (unlike `f64::exp`, which calls the system library). `exp(−∞) = 0`.

@@ -24,8 +24,9 @@
 //! matrices ([`LayerGrads`]). Every product goes through [`exact::matmul`] and every `exp`
 //! through [`exact::exp`], so the gradients are the same bits on every machine.
 //!
-//! Anchors (below the doc comments): `softmax_backward`, `sdpa_grads`, `sdpa_backward`,
-//! `layer_tape`, `forward_train`, `layer_grads`, `layer_backward`, `project_exact`.
+//! Anchors (below the doc comments): `softmax_backward`, `grad_checks`, `sdpa_grads`,
+//! `sdpa_backward`, `check_backward`, `layer_tape`, `forward_train`, `layer_grads`,
+//! `layer_backward`, `layer_checks`, `project_exact`.
 
 use ndarray::Dimension;
 use ndarray::{
@@ -76,6 +77,7 @@ pub fn softmax_backward<A: Float, D: Dimension>(
 // ANCHOR_END: softmax_backward
 
 /// Checks that the weights have at least one axis and that `name` has their shape.
+// ANCHOR: grad_checks
 fn check_weights(weights: &[usize], name: &str, found: &[usize]) -> Result<()> {
     if weights.is_empty() {
         return Err(AttentionError::shape(
@@ -95,6 +97,7 @@ fn same_shape(name: &str, found: &[usize], like: &str, expected: &[usize]) -> Re
     }
     Ok(())
 }
+// ANCHOR_END: grad_checks
 
 /// The gradients of a loss with respect to the query, key and value of scaled dot-product
 /// attention, each the shape of its input.
@@ -174,6 +177,7 @@ pub fn sdpa_backward<A: Float, D: Dimension>(
 // ANCHOR_END: sdpa_backward
 
 /// Checks the five operands of [`sdpa_backward`]; returns `d_k`.
+// ANCHOR: check_backward
 fn check_backward<A, D: Dimension>(
     q: &ArrayRef<A, D>,
     k: &ArrayRef<A, D>,
@@ -195,6 +199,7 @@ fn check_backward<A, D: Dimension>(
     }
     Ok(d_k)
 }
+// ANCHOR_END: check_backward
 
 /// What [`MultiHeadAttention::forward_train`] keeps for the backward pass: the input, every
 /// head's queries, keys and values, the weights, the dropout scales and the merged heads.
@@ -405,6 +410,7 @@ impl<A: Float> MultiHeadAttention<A> {
 
     /// Checks that the tape comes from a layer of this shape (`d_model` and heads) and that
     /// `d_y` has the output's shape.
+    // ANCHOR: layer_checks
     fn check_tape(&self, tape: &LayerTape<A>, d_y: &ArrayRef3<A>) -> Result<()> {
         self.check_input("the tape's x", &tape.x)?;
         if tape.q.dim().1 != self.heads() {
@@ -435,6 +441,7 @@ impl<A: Float> MultiHeadAttention<A> {
         }
         Ok(())
     }
+    // ANCHOR_END: layer_checks
     // ANCHOR: forward_train
 }
 // ANCHOR_END: forward_train

@@ -11,7 +11,8 @@
 //! every matrix of a `(batch, L_q, L_k)` stack, a `(batch, 1, L_q, L_k)` mask to every head.
 //!
 //! Anchors (below the doc comments): `mask`, `padding`, `apply_mask`, `to_additive` (chapter
-//! *Masking*) and `sliding_window`, `as_array` (chapter *Generating one token at a time*).
+//! *Masking*), `sliding_window`, `as_array` (chapter *Generating one token at a time*) and
+//! `for_heads` (chapter *Gradients*).
 
 use ndarray::{Array, Array2, Array3, ArrayD, ArrayViewD, Axis, Dimension, IxDyn, Zip};
 
@@ -173,12 +174,14 @@ impl Mask {
     /// assert_eq!(padding.for_heads().shape(), &[2, 1, 3, 3]);
     /// assert_eq!(Mask::causal(3).for_heads().shape(), &[3, 3]); // broadcasts already
     /// ```
+    // ANCHOR: for_heads
     pub fn for_heads(&self) -> Mask {
         match self.allowed.ndim() {
             3 => Mask { allowed: self.allowed.view().insert_axis(Axis(1)).to_owned() },
             _ => self.clone(),
         }
     }
+    // ANCHOR_END: for_heads
 
     /// Both masks at once: a key is visible only if both allow it (e.g. causal and padding).
     /// The shapes broadcast against each other.

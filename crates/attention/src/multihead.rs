@@ -23,7 +23,8 @@
 //!
 //! Anchors (below the doc comments): `head_width`, `split_heads`, `merge_heads`,
 //! `multihead_struct`, `multihead_new`, `multihead_forward`, `per_head_loop` (chapter
-//! *Multi-head attention*) and `multihead_cross` (chapter *The complete layer*).
+//! *Multi-head attention*), `multihead_cross` (chapter *The complete layer*) and
+//! `projections` (chapter *Gradients*).
 
 use ndarray::{
     Array, Array2, Array3, ArrayRef, ArrayRef2, ArrayRef3, Axis, Dimension, Ix2, Ix3, IxDyn, s,
@@ -494,9 +495,11 @@ impl<A: Float> MultiHeadAttention<A> {
     /// let [w_q, _, _, w_o] = mha.projections();
     /// assert_eq!((w_q.d_in(), w_o.d_out()), (8, 8));
     /// ```
+    // ANCHOR: projections
     pub fn projections(&self) -> [&Linear<A>; 4] {
         [&self.w_q, &self.w_k, &self.w_v, &self.w_o]
     }
+    // ANCHOR_END: projections
 // ANCHOR: multihead_cross
 }
 // ANCHOR_END: multihead_cross

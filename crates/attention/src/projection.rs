@@ -7,7 +7,8 @@
 //! PyTorch's `nn.Linear` stores its weight the other way round, `(out, in)`, and computes
 //! `x · weightᵀ`; to use a PyTorch weight here, pass its transpose to [`Linear::new`].
 //!
-//! Anchors (below the doc comments): `project`, `linear`.
+//! Anchors (below the doc comments): `project`, `linear`, `linear_weight` (chapter
+//! *Gradients*).
 
 use ndarray::{Array, Array2, Array3, ArrayRef, ArrayRef2, ArrayRef3, Dimension, IxDyn};
 use rand::Rng;
@@ -151,9 +152,11 @@ impl<A: Float> Linear<A> {
     /// let w = Linear::new(Array2::<f64>::eye(2)).unwrap();
     /// assert_eq!(w.weight(), Array2::<f64>::eye(2));
     /// ```
+    // ANCHOR: linear_weight
     pub fn weight(&self) -> &Array2<A> {
         &self.w
     }
+    // ANCHOR_END: linear_weight
 
     /// The number of learnable numbers, `d_in · d_out`.
     ///

@@ -26,7 +26,8 @@
 //! writes into the existing tile buffer.
 //!
 //! Anchors (below the doc comments): `online_update`, `online_softmax`, `attend_block`,
-//! `causal_end`, `mask_tile`, `fast_exp`; `log_sum_exp` for chapter *Gradients*.
+//! `causal_end`, `mask_tile`, `fast_exp`; `log_sum_exp`, `write_lse` and `visible` for chapter
+//! *Gradients*.
 
 use ndarray::{
     Array, Array1, Array2, Array3, ArrayRef, ArrayRef1, ArrayRef2, ArrayView2, ArrayViewD,
@@ -389,12 +390,14 @@ pub(crate) fn forward<A: Float, D: Dimension>(
                 out_block,
                 scratch,
             );
+            // ANCHOR: write_lse
             if let Some(mut lse_block) = lse_block {
                 // Each row's final (m, l) is still in the scratch.
                 for (lse, run) in lse_block.iter_mut().zip(&scratch.running) {
                     *lse = run.log_sum_exp();
                 }
             }
+            // ANCHOR_END: write_lse
         },
     );
 
@@ -437,6 +440,7 @@ pub(crate) fn mask_matrices<'m>(
 }
 
 /// The keys the queries `rows` of matrix `b` may see.
+// ANCHOR: visible
 pub(crate) fn visible<'a>(
     masks: Option<&[ArrayView2<'a, bool>]>,
     masking: Masking,
@@ -449,6 +453,7 @@ pub(crate) fn visible<'a>(
         (None, _) => Visible::All,
     }
 }
+// ANCHOR_END: visible
 
 /// Causal attention: the keys a block of `n_q` queries starting at `i0` may see end after its
 /// last query, `i0 + n_q − 1`; every tile from there on lies in all its rows' future: skipped.

@@ -17,4 +17,5 @@ mod ch07;
 mod ch08;
 mod ch09;
 mod ch10;
+mod ch11;
 mod ch12;
