@@ -34,7 +34,13 @@
 //! Anchors (below the doc comments): `cross_entropy`, `embed`, `embed_backward`,
 //! `positions_backward`, `readout`, `readout_backward`, `adam`, `adam_step`, `model`,
 //! `model_init`, `model_forward`, `model_backward`, `model_step`, `tasks`, `reversal`,
-//! `induction`, `ceiling`, `accuracy`, `train_loop`.
+//! `induction`, `ceiling`, `accuracy`, `train_loop`; and, for the helpers those listings
+//! call (each one block, which mdBook's plain include shows whole): `invalid_setting`,
+//! `init_helpers`, `model_check`, `model_eval`, `loss_and_grads`, `adam_new`,
+//! `adam_with_betas`, `model_update`, `grads_views`, `dropout_masks`, `task_len`,
+//! `task_vocab`, `task_check`, `task_sources`, `task_targets`, `batch_new`, `task_sequence`,
+//! `task_batch`, `task_probe`, `score`, `score_accuracy`, `model_score`, `score_logits`,
+//! `held_out`, `train_config_model`, `recorder`, `recorder_record`.
 
 use std::collections::HashSet;
 
@@ -353,7 +359,7 @@ impl Adam {
     /// assert!(Adam::with_betas(1e-3, 0.9, 0.98, 1e-9).is_ok());
     /// assert!(Adam::with_betas(1e-3, 1.0, 0.98, 1e-9).is_err());
     /// ```
-    // ANCHOR: adam_new
+    // ANCHOR: adam_with_betas
     pub fn with_betas(lr: f64, beta1: f64, beta2: f64, eps: f64) -> Result<Self> {
         if !(lr > 0.0 && lr.is_finite()) {
             return Err(invalid_setting(
@@ -375,7 +381,7 @@ impl Adam {
         let (m, v) = (Vec::new(), Vec::new());
         Ok(Adam { lr, beta1, beta2, eps, beta1_t: 1.0, beta2_t: 1.0, steps: 0, m, v })
     }
-    // ANCHOR_END: adam_new
+    // ANCHOR_END: adam_with_betas
 
     /// The learning rate.
     ///
@@ -1157,15 +1163,18 @@ impl TinyTransformer {
     /// assert_eq!(score.scored, 50);
     /// ```
     // ANCHOR: accuracy
+    // ANCHOR: model_score
     pub fn score(&self, batch: &Batch) -> Result<Score> {
         let logits = self.forward(&batch.tokens)?.logits;
         score_logits(&logits, &batch.targets)
     }
+    // ANCHOR_END: model_score
     // ANCHOR_END: accuracy
 }
 
 /// The score of `logits: (batch, L, vocab)` against row-major `targets`.
 // ANCHOR: accuracy
+// ANCHOR: score_logits
 fn score_logits(logits: &ArrayRef3<f64>, targets: &[Option<usize>]) -> Result<Score> {
     let (b, len, vocab) = logits.dim();
     if targets.len() != b * len {
@@ -1191,7 +1200,6 @@ fn score_logits(logits: &ArrayRef3<f64>, targets: &[Option<usize>]) -> Result<Sc
 // ANCHOR_END: accuracy
 
 /// The index of the largest entry (the first one on a tie).
-// ANCHOR: accuracy
 fn argmax(row: &ArrayRef1<f64>) -> usize {
     let mut best = 0;
     for (j, &x) in row.iter().enumerate() {
@@ -1201,7 +1209,7 @@ fn argmax(row: &ArrayRef1<f64>) -> usize {
     }
     best
 }
-// ANCHOR_END: accuracy
+// ANCHOR_END: score_logits
 
 /// How many scored positions were answered right.
 ///
@@ -1229,11 +1237,11 @@ impl Score {
     ///
     /// assert_eq!(Score { correct: 0, scored: 0 }.accuracy(), 0.0);
     /// ```
-    // ANCHOR: score
+    // ANCHOR: score_accuracy
     pub fn accuracy(&self) -> f64 {
         if self.scored == 0 { 0.0 } else { self.correct as f64 / self.scored as f64 }
     }
-    // ANCHOR_END: score
+    // ANCHOR_END: score_accuracy
 }
 
 /// A synthetic task: how sequences are drawn and what each position should predict.
@@ -1283,13 +1291,13 @@ impl Task {
     ///
     /// assert_eq!(Task::Reversal { len: 9, vocab: 4 }.len(), 9);
     /// ```
-    // ANCHOR: task_check
+    // ANCHOR: task_len
     pub fn len(&self) -> usize {
         match *self {
             Task::Reversal { len, .. } | Task::Induction { len, .. } => len,
         }
     }
-    // ANCHOR_END: task_check
+    // ANCHOR_END: task_len
 
     /// Whether sequences are empty (`L = 0`; [`Task::check`] rejects that).
     ///
@@ -1309,13 +1317,13 @@ impl Task {
     ///
     /// assert_eq!(Task::Induction { len: 12, vocab: 16, prefix: 8 }.vocab(), 16);
     /// ```
-    // ANCHOR: task_check
+    // ANCHOR: task_vocab
     pub fn vocab(&self) -> usize {
         match *self {
             Task::Reversal { vocab, .. } | Task::Induction { vocab, .. } => vocab,
         }
     }
-    // ANCHOR_END: task_check
+    // ANCHOR_END: task_vocab
 
     /// Checks the settings: `len ≥ 1`, `vocab ≥ 2`; for induction also
     /// `2 ≤ prefix ≤ vocab` and `len − prefix ≤ prefix − 1` (enough distinct queries).
@@ -1381,6 +1389,7 @@ impl Task {
     /// assert!(task.sources(&[3, 0, 2]).is_err());
     /// ```
     // ANCHOR: reversal
+    // ANCHOR: task_sources
     pub fn sources(&self, tokens: &[usize]) -> Result<Vec<Option<usize>>> {
         let (len, vocab) = (self.len(), self.vocab());
         if tokens.len() != len {
@@ -1403,6 +1412,7 @@ impl Task {
             // ANCHOR: reversal
         })
     }
+    // ANCHOR_END: task_sources
 
     // ANCHOR_END: reversal
     /// The target of every position of `tokens`: the token at its
@@ -1416,10 +1426,12 @@ impl Task {
     /// assert_eq!(targets, [None, None, None, Some(0), Some(2)]);
     /// ```
     // ANCHOR: reversal
+    // ANCHOR: task_targets
     pub fn targets(&self, tokens: &[usize]) -> Result<Vec<Option<usize>>> {
         let sources = self.sources(tokens)?;
         Ok(sources.into_iter().map(|source| source.map(|j| tokens[j])).collect())
     }
+    // ANCHOR_END: task_targets
     // ANCHOR_END: reversal
 
     /// One random sequence of the task, drawn from `rng`.
@@ -1437,7 +1449,7 @@ impl Task {
     /// let scored = task.targets(&seq).unwrap().iter().flatten().count();
     /// assert_eq!((seq.len(), scored), (10, 4)); // every query is scored
     /// ```
-    // ANCHOR: task_data
+    // ANCHOR: task_sequence
     pub fn sequence<R: Rng + ?Sized>(&self, rng: &mut R) -> Vec<usize> {
         match *self {
             Task::Reversal { len, vocab } => {
@@ -1456,7 +1468,7 @@ impl Task {
             }
         }
     }
-    // ANCHOR_END: task_data
+    // ANCHOR_END: task_sequence
 
     /// `n` random sequences and their targets; sequences in `exclude` (the held-out set)
     /// are drawn again, so that training never sees them.
@@ -1469,7 +1481,7 @@ impl Task {
     /// let batch = task.batch(32, &mut StdRng::seed_from_u64(0), None).unwrap();
     /// assert_eq!((batch.tokens.dim(), batch.targets.len()), ((32, 7), 32 * 7));
     /// ```
-    // ANCHOR: task_data
+    // ANCHOR: task_batch
     pub fn batch<R: Rng + ?Sized>(
         &self,
         n: usize,
@@ -1492,7 +1504,7 @@ impl Task {
         }
         Batch::new(self, &sequences)
     }
-    // ANCHOR_END: task_data
+    // ANCHOR_END: task_batch
 
     /// A fixed input whose attention the chapter draws: reversal, the tokens `i mod vocab`;
     /// induction, the prefix `0, 1, …, prefix − 1` followed by the queries
@@ -1506,7 +1518,7 @@ impl Task {
     /// let induction = Task::Induction { len: 7, vocab: 8, prefix: 4 };
     /// assert_eq!(induction.probe(), [0, 1, 2, 3, 0, 1, 2]);
     /// ```
-    // ANCHOR: task_data
+    // ANCHOR: task_probe
     pub fn probe(&self) -> Vec<usize> {
         match *self {
             Task::Reversal { len, vocab } => (0..len).map(|i| i % vocab).collect(),
@@ -1515,7 +1527,7 @@ impl Task {
             }
         }
     }
-    // ANCHOR_END: task_data
+    // ANCHOR_END: task_probe
 }
 
 /// The most a position-blind model can score on `batch`, for any task: an upper bound.
@@ -1947,7 +1959,7 @@ struct Recorder<'a> {
 }
 // ANCHOR_END: recorder
 
-// ANCHOR: recorder
+// ANCHOR: recorder_record
 impl Recorder<'_> {
     fn record(&mut self, model: &TinyTransformer, step: usize) -> Result<()> {
         let every = self.config.eval_every.max(1);
@@ -1967,7 +1979,7 @@ impl Recorder<'_> {
         Ok(())
     }
 }
-// ANCHOR_END: recorder
+// ANCHOR_END: recorder_record
 
 #[cfg(test)]
 mod tests {
