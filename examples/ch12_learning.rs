@@ -242,9 +242,9 @@ fn blind_references(runs: &Runs) -> Result<BlindReferences, Box<dyn Error>> {
     Ok(BlindReferences {
         chance: 1.0 / vocab as f64,
         own_token,
-        most_common: most_common_token_baseline(held_out),
+        most_common: most_common_token_baseline(held_out)?,
         expected_most_common: expected / n as f64,
-        ceiling: position_blind_ceiling(held_out),
+        ceiling: position_blind_ceiling(held_out)?,
         model_answers_most_common,
         equal_tokens_equal_logits: equal,
     })

@@ -186,7 +186,9 @@ mod tests {
     }
 
     /// The same for dropped attention weights: averaged over many seeded masks, `w ∘ m`
-    /// comes back to `w`, entry by entry, and each row's sum comes back to 1.
+    /// comes back to `w`, entry by entry, and each row's sum comes back to 1; while one
+    /// draw does change the weights (an `apply_scale` that ignored the mask would pass the
+    /// averages alone).
     #[test]
     fn dropped_weights_keep_their_expectation() {
         let weights =
@@ -197,10 +199,15 @@ mod tests {
         let masks: Array3<f64> =
             dropout.scale_mask((draws, 3, 3), &mut StdRng::seed_from_u64(7));
         let mut mean = Array2::<f64>::zeros((3, 3));
+        let mut changed = 0;
         for mask in masks.axis_iter(Axis(0)) {
-            mean = mean + apply_scale(&weights, Some(&mask.to_owned())).unwrap();
+            let dropped = apply_scale(&weights, Some(&mask.to_owned())).unwrap();
+            changed += usize::from(dropped != weights);
+            mean = mean + dropped;
         }
         mean /= draws as f64;
+        // A mask leaves all 9 weights alone with probability 0.7⁹ ≈ 0.04.
+        assert!(changed > draws / 2, "{changed} of {draws} draws changed the weights");
         for ((i, j), &w) in weights.indexed_iter() {
             // One draw of w·m has variance w²·p/(1 − p).
             let se = w * (p / (1.0 - p) / draws as f64).sqrt();
@@ -233,7 +240,7 @@ mod tests {
         let w = Array2::from_shape_fn((4, 5), |_| rng.random::<f64>());
         let c = Array2::from_shape_fn((4, 5), |_| rng.random::<f64>() - 0.5);
         let loss = |w: &Array2<f64>| (&apply_scale(w, Some(&mask)).unwrap() * &c).sum();
-        let analytic = apply_scale(&c, Some(&mask)).unwrap();
+        let analytic = &mask * &c; // written out, not through apply_scale
         for ((i, j), &g) in analytic.indexed_iter() {
             let h = 1e-6;
             let (mut plus, mut minus) = (w.clone(), w.clone());

@@ -40,9 +40,9 @@
 //! `adam_with_betas`, `model_update`, `grads_views`, `dropout_masks`, `task_len`,
 //! `task_vocab`, `task_check`, `task_sources`, `task_targets`, `batch_new`, `task_sequence`,
 //! `task_batch`, `task_probe`, `score`, `score_accuracy`, `model_score`, `score_logits`,
-//! `held_out`, `train_config_model`, `recorder`, `recorder_record`.
+//! `held_out`, `train_config_model`, `recorder`, `recorder_record`, `batch_check`.
 
-use std::collections::HashSet;
+use std::collections::BTreeSet;
 
 use ndarray::{
     Array1, Array2, Array3, Array4, ArrayD, ArrayRef1, ArrayRef2, ArrayRef3, ArrayViewD,
@@ -229,6 +229,9 @@ pub fn readout(
     w: &ArrayRef2<f64>,
     b: &ArrayRef1<f64>,
 ) -> Result<Array2<f64>> {
+    if h.ncols() != w.nrows() {
+        return Err(AttentionError::mismatch("h", h.ncols(), "W", w.nrows(), "d_model"));
+    }
     if b.len() != w.ncols() {
         return Err(AttentionError::mismatch("W", w.ncols(), "b", b.len(), "classes"));
     }
@@ -284,6 +287,18 @@ pub fn readout_backward(
             "d_logits",
             d_logits.nrows(),
             "n",
+        ));
+    }
+    if h.ncols() != w.nrows() {
+        return Err(AttentionError::mismatch("h", h.ncols(), "W", w.nrows(), "d_model"));
+    }
+    if d_logits.ncols() != w.ncols() {
+        return Err(AttentionError::mismatch(
+            "W",
+            w.ncols(),
+            "d_logits",
+            d_logits.ncols(),
+            "classes",
         ));
     }
     let d_w = exact::matmul(&h.t(), d_logits)?; // (d_model, classes)
@@ -609,7 +624,7 @@ pub struct ModelOutput {
 ///                            positions: false };
 /// let model = TinyTransformer::new(&config, &mut StdRng::seed_from_u64(0)).unwrap();
 /// let (_, tape) = model.forward_train(&array![[0, 1, 2]], None).unwrap();
-/// assert_eq!(tape.weights(1).dim(), (1, 2, 3, 3));
+/// assert_eq!(tape.weights(1).unwrap().dim(), (1, 2, 3, 3));
 /// ```
 #[derive(Debug, Clone)]
 pub struct ModelTape {
@@ -620,7 +635,7 @@ pub struct ModelTape {
 
 impl ModelTape {
     /// The attention weights of layer `layer` (from 0), `(batch, heads, L, L)`, before
-    /// dropout. Panics if there is no such layer.
+    /// dropout; `None` if there is no such layer.
     ///
     /// ```
     /// use attention::learn::{ModelConfig, TinyTransformer};
@@ -631,10 +646,11 @@ impl ModelTape {
     ///                            positions: true };
     /// let model = TinyTransformer::new(&config, &mut StdRng::seed_from_u64(0)).unwrap();
     /// let (_, tape) = model.forward_train(&array![[2, 1]], None).unwrap();
-    /// assert_eq!(tape.weights(0).dim(), (1, 1, 2, 2));
+    /// assert_eq!(tape.weights(0).unwrap().dim(), (1, 1, 2, 2));
+    /// assert!(tape.weights(1).is_none()); // one layer only
     /// ```
-    pub fn weights(&self, layer: usize) -> &Array4<f64> {
-        self.layers[layer].weights()
+    pub fn weights(&self, layer: usize) -> Option<&Array4<f64>> {
+        self.layers.get(layer).map(LayerTape::weights)
     }
 }
 
@@ -762,6 +778,31 @@ impl Batch {
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
+
+    /// Checks that there is one target per token: `targets.len() = batch · L` (the fields
+    /// are public, so a batch built by hand can break it).
+    ///
+    /// ```
+    /// use attention::learn::Batch;
+    /// use ndarray::array;
+    ///
+    /// let batch = Batch { tokens: array![[0, 1, 2], [2, 1, 0]], targets: vec![None; 5] };
+    /// assert_eq!(
+    ///     batch.check().unwrap_err().to_string(),
+    ///     "targets has shape [5] but batch · L = 2 · 3 = 6 entries were expected"
+    /// );
+    /// ```
+    // ANCHOR: batch_check
+    pub fn check(&self) -> Result<()> {
+        let (b, len) = self.tokens.dim();
+        if self.targets.len() != b * len {
+            let expected =
+                format!("batch · L = {b} · {len} = {} entries were expected", b * len);
+            return Err(AttentionError::shape("targets", &[self.targets.len()], &expected));
+        }
+        Ok(())
+    }
+    // ANCHOR_END: batch_check
 }
 
 // ANCHOR: init_helpers
@@ -1015,6 +1056,10 @@ impl TinyTransformer {
     /// ```
     // ANCHOR: model_backward
     pub fn backward(&self, tape: &ModelTape, d_logits: &ArrayRef3<f64>) -> Result<ModelGrads> {
+        if tape.layers.len() != self.layers.len() {
+            let (taped, here) = (tape.layers.len(), self.layers.len());
+            return Err(AttentionError::mismatch("tape", taped, "model", here, "layers"));
+        }
         let (batch, len) = tape.tokens.dim();
         let (vocab, d_model) = (self.config.vocab, self.config.d_model);
         if d_logits.dim() != (batch, len, vocab) {
@@ -1326,7 +1371,8 @@ impl Task {
     // ANCHOR_END: task_vocab
 
     /// Checks the settings: `len ≥ 1`, `vocab ≥ 2`; for induction also
-    /// `2 ≤ prefix ≤ vocab` and `len − prefix ≤ prefix − 1` (enough distinct queries).
+    /// `2 ≤ prefix ≤ vocab`, `prefix < len` (at least one query, so that something is
+    /// scored) and `len − prefix ≤ prefix − 1` (enough distinct queries).
     ///
     /// ```
     /// use attention::learn::Task;
@@ -1336,6 +1382,12 @@ impl Task {
     /// assert_eq!(
     ///     err.to_string(),
     ///     "induction task: len − prefix = 6 queries need prefix ≥ 7, but prefix = 6"
+    /// );
+    /// let err = Task::Induction { len: 8, vocab: 16, prefix: 8 }.check().unwrap_err();
+    /// assert_eq!(
+    ///     err.to_string(),
+    ///     "induction task: prefix = 8 must be at least 2, at most vocab = 16 and below \
+    ///      len = 8"
     /// );
     /// ```
     // ANCHOR: task_check
@@ -1352,8 +1404,11 @@ impl Task {
         }
         if let Task::Induction { prefix, .. } = *self {
             let what = "induction task";
-            if !(2..=vocab).contains(&prefix) || prefix > len {
-                let problem = format!("prefix = {prefix} must be in 2..=min(vocab, len)");
+            if !(2..=vocab).contains(&prefix) || prefix >= len {
+                let problem = format!(
+                    "prefix = {prefix} must be at least 2, at most vocab = {vocab} and \
+                     below len = {len}"
+                );
                 return Err(invalid_setting(what, problem));
             }
             if len - prefix > prefix - 1 {
@@ -1438,20 +1493,24 @@ impl Task {
     ///
     /// Reversal: `L` tokens, each `rng.random_range(0..vocab)`. Induction: the prefix is
     /// the first `prefix` entries of a shuffle of `0..vocab`; the queries are the first
-    /// `len − prefix` entries of a shuffle of the prefix's positions `0..prefix − 1`.
+    /// `len − prefix` entries of a shuffle of the prefix's positions `0..prefix − 1`. An
+    /// error when the settings fail [`Task::check`].
     ///
     /// ```
     /// use attention::learn::Task;
     /// use rand::{SeedableRng, rngs::StdRng};
     ///
     /// let task = Task::Induction { len: 10, vocab: 12, prefix: 6 };
-    /// let seq = task.sequence(&mut StdRng::seed_from_u64(3));
+    /// let seq = task.sequence(&mut StdRng::seed_from_u64(3)).unwrap();
     /// let scored = task.targets(&seq).unwrap().iter().flatten().count();
     /// assert_eq!((seq.len(), scored), (10, 4)); // every query is scored
+    /// let no_prefix = Task::Induction { len: 10, vocab: 12, prefix: 0 };
+    /// assert!(no_prefix.sequence(&mut StdRng::seed_from_u64(3)).is_err());
     /// ```
     // ANCHOR: task_sequence
-    pub fn sequence<R: Rng + ?Sized>(&self, rng: &mut R) -> Vec<usize> {
-        match *self {
+    pub fn sequence<R: Rng + ?Sized>(&self, rng: &mut R) -> Result<Vec<usize>> {
+        self.check()?;
+        Ok(match *self {
             Task::Reversal { len, vocab } => {
                 (0..len).map(|_| rng.random_range(0..vocab)).collect()
             }
@@ -1466,7 +1525,7 @@ impl Task {
                 tokens.extend(queries);
                 tokens
             }
-        }
+        })
     }
     // ANCHOR_END: task_sequence
 
@@ -1486,7 +1545,7 @@ impl Task {
         &self,
         n: usize,
         rng: &mut R,
-        exclude: Option<&HashSet<Vec<usize>>>,
+        exclude: Option<&BTreeSet<Vec<usize>>>,
     ) -> Result<Batch> {
         self.check()?;
         let mut sequences = Vec::with_capacity(n);
@@ -1497,7 +1556,7 @@ impl Task {
                 let problem = "almost every sequence drawn is excluded (held out)".into();
                 return Err(invalid_setting("training batch", problem));
             }
-            let seq = self.sequence(rng);
+            let seq = self.sequence(rng)?;
             if !exclude.is_some_and(|set| set.contains(&seq)) {
                 sequences.push(seq);
             }
@@ -1509,23 +1568,25 @@ impl Task {
     /// A fixed input whose attention the chapter draws: reversal, the tokens `i mod vocab`;
     /// induction, the prefix `0, 1, …, prefix − 1` followed by the queries
     /// `0, 1, …, len − prefix − 1` in order (so the right pattern is easy to read: a
-    /// diagonal stripe).
+    /// diagonal stripe). An error when the settings fail [`Task::check`].
     ///
     /// ```
     /// use attention::learn::Task;
     ///
-    /// assert_eq!(Task::Reversal { len: 5, vocab: 4 }.probe(), [0, 1, 2, 3, 0]);
+    /// assert_eq!(Task::Reversal { len: 5, vocab: 4 }.probe().unwrap(), [0, 1, 2, 3, 0]);
     /// let induction = Task::Induction { len: 7, vocab: 8, prefix: 4 };
-    /// assert_eq!(induction.probe(), [0, 1, 2, 3, 0, 1, 2]);
+    /// assert_eq!(induction.probe().unwrap(), [0, 1, 2, 3, 0, 1, 2]);
+    /// assert!(Task::Induction { len: 7, vocab: 8, prefix: 9 }.probe().is_err());
     /// ```
     // ANCHOR: task_probe
-    pub fn probe(&self) -> Vec<usize> {
-        match *self {
+    pub fn probe(&self) -> Result<Vec<usize>> {
+        self.check()?;
+        Ok(match *self {
             Task::Reversal { len, vocab } => (0..len).map(|i| i % vocab).collect(),
             Task::Induction { len, prefix, .. } => {
                 (0..prefix).chain(0..len - prefix).collect()
             }
-        }
+        })
     }
     // ANCHOR_END: task_probe
 }
@@ -1536,20 +1597,22 @@ impl Task {
 /// sequence holding the same token are the same row all the way through and get the same
 /// answer. For each sequence and each token `t` in it, the best that one answer can do is
 /// the most common target among the scored positions holding `t`:
-/// `Σ_t max_o #{i : x_i = t, target_i = o}`, summed over the sequences.
+/// `Σ_t max_o #{i : x_i = t, target_i = o}`, summed over the sequences. An error when the
+/// batch fails [`Batch::check`].
 ///
 /// ```
 /// use attention::learn::{position_blind_ceiling, Batch, Task};
 ///
 /// let task = Task::Reversal { len: 5, vocab: 4 };
 /// // 0 1 2 1 0 is its own reverse: every position can be right.
-/// // 0 1 2 3 1: the two 1s want 3 and 1; the 0 wants 1, 2 is the middle, 3 wants 1.
+/// // 0 1 2 3 1: the two 1s want 3 and 0; the 0 wants 1, 2 is the middle, 3 wants 1.
 /// let batch = Batch::new(&task, &[vec![0, 1, 2, 1, 0], vec![0, 1, 2, 3, 1]]).unwrap();
-/// let ceiling = position_blind_ceiling(&batch);
+/// let ceiling = position_blind_ceiling(&batch).unwrap();
 /// assert_eq!((ceiling.correct, ceiling.scored), (5 + 4, 10));
 /// ```
 // ANCHOR: ceiling
-pub fn position_blind_ceiling(batch: &Batch) -> Score {
+pub fn position_blind_ceiling(batch: &Batch) -> Result<Score> {
+    batch.check()?; // one target per token
     let len = batch.tokens.ncols();
     let mut score = Score { correct: 0, scored: 0 };
     for (b, seq) in batch.tokens.rows().into_iter().enumerate() {
@@ -1571,21 +1634,31 @@ pub fn position_blind_ceiling(batch: &Batch) -> Score {
             score.correct += best;
         }
     }
-    score
+    Ok(score)
 }
 // ANCHOR_END: ceiling
 
 /// The score of a simple position-blind strategy: answer every position of a sequence with
-/// the sequence's most common token (the lowest id on a tie).
+/// the sequence's most common token (the lowest id on a tie). It is computed the same way
+/// for any batch, task and `L`; an error only when the batch fails [`Batch::check`].
 ///
-/// For reversal with independent, uniform tokens it is the best any position-blind model
-/// can expect. Such a model answers a function `o(t)` of the token `t` and of the
-/// sequence's bag of tokens, which all orders of the bag share, and every order is equally
-/// likely. Averaged over the orders, the number of positions holding `t` whose mirror holds
-/// `o` is `c_t·c_o/L` (`c_t` = how many times `t` occurs; this counts the middle position
-/// of an odd `L` too), so the expected score is `Σ_t c_t·c_{o(t)}/L²`, largest when every
-/// `o(t)` is the most common token: `c_max/L`. (On a finite set a model can beat an
-/// expectation by luck; [`position_blind_ceiling`] is the bound that always holds.)
+/// For reversal with an **odd** `L` and independent, uniform tokens it is the best any
+/// position-blind model can expect. Such a model answers a function `o(t)` of the token `t`
+/// and of the sequence's bag of tokens, which all orders of the bag share, and every order
+/// is equally likely. With `c_t` = how many times `t` occurs, a position other than the
+/// middle holds `t` while its mirror holds `o` with probability
+/// `c_t·(c_o − [o = t])/(L·(L − 1))`; the middle of an odd `L` is its own mirror and holds
+/// `t` with probability `c_t/L`. Summed over the `L − 1` others and the middle, the
+/// expected number of positions holding `t` whose mirror holds `o` is `c_t·c_o/L`, so the
+/// expected score is `Σ_t c_t·c_{o(t)}/L²`, largest when every `o(t)` is the most common
+/// token: `c_max/L`.
+///
+/// For an **even** `L` there is no middle and that count is `c_t·(c_o − [o = t])/(L − 1)`:
+/// a token's own copies count one less, and answering another token can do better. On the
+/// bag `{0, 0, 1, 1}` this strategy expects 1/2 (`c_max/L`), while answering `1 − t`
+/// expects 2/3. The function then still returns this strategy's score, which is no longer
+/// the best expectation. (On a finite set a model can also beat an expectation by luck;
+/// [`position_blind_ceiling`] is the bound that always holds.)
 ///
 /// ```
 /// use attention::learn::{most_common_token_baseline, Batch, Task};
@@ -1594,35 +1667,36 @@ pub fn position_blind_ceiling(batch: &Batch) -> Score {
 /// let batch = Batch::new(&task, &[vec![0, 1, 2, 1, 0], vec![3, 1, 2, 3, 3]]).unwrap();
 /// // Answer 0 everywhere in the first (2 right: the two 0s mirror each other), 3 in the
 /// // second (its mirror targets are 3, 3, 2, 1, 3).
-/// let score = most_common_token_baseline(&batch);
+/// let score = most_common_token_baseline(&batch).unwrap();
 /// assert_eq!((score.correct, score.scored), (2 + 3, 10));
 /// ```
-pub fn most_common_token_baseline(batch: &Batch) -> Score {
+pub fn most_common_token_baseline(batch: &Batch) -> Result<Score> {
+    batch.check()?;
     let len = batch.tokens.ncols();
     let mut score = Score { correct: 0, scored: 0 };
     for (b, seq) in batch.tokens.rows().into_iter().enumerate() {
-        let mut counts = vec![0usize; seq.iter().max().map_or(0, |&m| m + 1)];
-        for &t in &seq {
-            counts[t] += 1;
-        }
-        let answer = argmax_count(&counts);
+        let answer = most_common(seq.iter().copied());
         for target in batch.targets[b * len..(b + 1) * len].iter().flatten() {
             score.scored += 1;
             score.correct += usize::from(*target == answer);
         }
     }
-    score
+    Ok(score)
 }
 
-/// The index of the largest count (the first one on a tie).
-fn argmax_count(counts: &[usize]) -> usize {
-    let mut best = 0;
-    for (j, &c) in counts.iter().enumerate() {
-        if c > counts[best] {
-            best = j;
+/// The most common token of `tokens` (the lowest id on a tie; 0 when empty).
+fn most_common(tokens: impl IntoIterator<Item = usize>) -> usize {
+    let mut sorted: Vec<usize> = tokens.into_iter().collect();
+    sorted.sort_unstable(); // equal tokens are adjacent, lower ids first
+    let (mut answer, mut most, mut i) = (0, 0, 0);
+    while i < sorted.len() {
+        let run = sorted[i..].iter().take_while(|&&t| t == sorted[i]).count();
+        if run > most {
+            (answer, most) = (sorted[i], run);
         }
+        i += run;
     }
-    best
+    answer
 }
 
 /// How much of its attention a head puts where the answers are: the mean of
@@ -1895,14 +1969,14 @@ pub fn train(config: &TrainConfig) -> Result<TrainingRun> {
     let mut seeds = StdRng::seed_from_u64(config.seed);
     let [held_seed, init_seed, data_seed, drop_seed] = [(); 4].map(|_| seeds.random::<u64>());
     let held_out = held_out_set(config, &mut StdRng::seed_from_u64(held_seed))?;
-    let exclude: HashSet<Vec<usize>> =
+    let exclude: BTreeSet<Vec<usize>> =
         held_out.tokens.rows().into_iter().map(|r| r.to_vec()).collect();
     let mut model =
         TinyTransformer::new(&config.model(), &mut StdRng::seed_from_u64(init_seed))?;
     let mut adam = Adam::new(config.lr)?;
     let (mut data, mut drops) =
         (StdRng::seed_from_u64(data_seed), StdRng::seed_from_u64(drop_seed));
-    let probe = Batch::new(&config.task, &[config.task.probe()])?;
+    let probe = Batch::new(&config.task, &[config.task.probe()?])?;
     let mut run = Recorder {
         config,
         held_out: &held_out,
@@ -1923,14 +1997,14 @@ pub fn train(config: &TrainConfig) -> Result<TrainingRun> {
         run.record(&model, step)?;
     }
     let (evals, snapshots) = (run.evals, run.snapshots);
-    Ok(TrainingRun { losses, evals, snapshots, probe: config.task.probe(), held_out, model })
+    Ok(TrainingRun { losses, evals, snapshots, probe: config.task.probe()?, held_out, model })
 }
 // ANCHOR_END: train_loop
 
 /// `held_out` distinct sequences of the task.
 // ANCHOR: held_out
 fn held_out_set(config: &TrainConfig, rng: &mut StdRng) -> Result<Batch> {
-    let mut seen = HashSet::new();
+    let mut seen = BTreeSet::new();
     let mut sequences = Vec::with_capacity(config.held_out);
     let mut attempts = 0usize;
     while sequences.len() < config.held_out {
@@ -1939,7 +2013,7 @@ fn held_out_set(config: &TrainConfig, rng: &mut StdRng) -> Result<Batch> {
             let problem = format!("could not draw {} distinct sequences", config.held_out);
             return Err(invalid_setting("held-out set", problem));
         }
-        let seq = config.task.sequence(rng);
+        let seq = config.task.sequence(rng)?;
         if seen.insert(seq.clone()) {
             sequences.push(seq);
         }
@@ -1985,7 +2059,7 @@ impl Recorder<'_> {
 mod tests {
     use super::*;
     use ndarray::{Array, Dimension, array};
-    use std::collections::HashMap;
+    use std::collections::BTreeMap;
 
     /// `|a − b| ≤ atol + rtol·|b|` with rtol = 1e-6. The finite differences below are central
     /// with a step of 1e-6 (times the entry's size when that is above 1), on losses of order
@@ -2090,6 +2164,13 @@ mod tests {
         assert_close(&finite_differences(&w, |w| loss(&h, w, &b)), &g.d_w, "d_w");
         assert_close(&finite_differences(&b, |b| loss(&h, &w, b)), &g.d_b, "d_b");
         assert!(readout_backward(&h, &w, &c.slice(s![..4, ..])).is_err());
+        // W must have d_model = 4 rows, and as many columns as d_logits.
+        let err = readout(&h, &w.slice(s![..3, ..]), &b).unwrap_err();
+        assert_eq!(err.to_string(), "h has d_model = 4 but W has d_model = 3");
+        let err = readout_backward(&h, &w.slice(s![..3, ..]), &c).unwrap_err();
+        assert_eq!(err.to_string(), "h has d_model = 4 but W has d_model = 3");
+        let err = readout_backward(&h, &w.slice(s![.., ..2]), &c).unwrap_err();
+        assert_eq!(err.to_string(), "W has classes = 2 but d_logits has classes = 3");
     }
 
     fn tiny_model(positions: bool) -> (TinyTransformer, Batch) {
@@ -2148,6 +2229,21 @@ mod tests {
         }
     }
 
+    /// A tape from a model with another number of layers is refused, not cut short.
+    #[test]
+    fn the_backward_checks_the_tapes_layers() {
+        let (model, batch) = tiny_model(true); // two layers
+        let config = ModelConfig { layers: 1, ..model.config().clone() };
+        let one = TinyTransformer::new(&config, &mut StdRng::seed_from_u64(4)).unwrap();
+        let (logits, tape) = one.forward_train(&batch.tokens, None).unwrap();
+        let d_logits = Array3::zeros(logits.dim());
+        let err = model.backward(&tape, &d_logits).unwrap_err();
+        assert_eq!(err.to_string(), "tape has layers = 1 but model has layers = 2");
+        let (_, two_layer_tape) = model.forward_train(&batch.tokens, None).unwrap();
+        assert!(one.backward(&two_layer_tape, &d_logits).is_err());
+        assert!(one.backward(&tape, &d_logits).is_ok());
+    }
+
     /// Evaluation mode is the identity: the forward without masks equals, bit for bit, the
     /// forward with `p = 0` masks (all ones), while `p = 0.5` masks change the logits.
     #[test]
@@ -2171,7 +2267,7 @@ mod tests {
         let (dropped, tape) = model.forward_train(&batch.tokens, Some(&half)).unwrap();
         assert!((&dropped - &plain.logits).iter().any(|d| d.abs() > 1e-3));
         // The tape keeps the weights before dropout: the same as in evaluation mode.
-        assert_eq!(tape.weights(0), &plain.weights[0]);
+        assert_eq!(tape.weights(0), Some(&plain.weights[0]));
         let wrong = model.dropout_masks(
             &Dropout::new(0.5).unwrap(),
             2,
@@ -2216,11 +2312,11 @@ mod tests {
     fn tasks_draw_what_they_promise() {
         let mut rng = StdRng::seed_from_u64(6);
         let task = Task::Induction { len: 14, vocab: 16, prefix: 8 };
-        let mut answer_positions = HashSet::new();
+        let mut answer_positions = BTreeSet::new();
         for _ in 0..200 {
-            let seq = task.sequence(&mut rng);
-            let prefix: HashSet<usize> = seq[..8].iter().copied().collect();
-            let queries: HashSet<usize> = seq[8..].iter().copied().collect();
+            let seq = task.sequence(&mut rng).unwrap();
+            let prefix: BTreeSet<usize> = seq[..8].iter().copied().collect();
+            let queries: BTreeSet<usize> = seq[8..].iter().copied().collect();
             assert_eq!((prefix.len(), queries.len()), (8, 6)); // distinct, both parts
             assert!(queries.is_subset(&prefix) && !queries.contains(&seq[7]));
             let targets = task.targets(&seq).unwrap();
@@ -2242,6 +2338,45 @@ mod tests {
         assert!(Task::Reversal { len: 3, vocab: 2 }.targets(&[0, 2, 1]).is_err());
     }
 
+    /// Settings that would panic (an empty range, an overflow) or train on nothing are
+    /// errors, from every function that draws or builds a sequence.
+    #[test]
+    fn bad_task_settings_are_errors_not_panics() {
+        let rng = &mut StdRng::seed_from_u64(6);
+        for task in [
+            Task::Reversal { len: 3, vocab: 0 },
+            Task::Reversal { len: 0, vocab: 3 },
+            Task::Induction { len: 6, vocab: 8, prefix: 0 },
+            Task::Induction { len: 6, vocab: 8, prefix: 9 },
+            Task::Induction { len: 6, vocab: 4, prefix: 5 },
+            Task::Induction { len: 6, vocab: 8, prefix: 6 }, // no query: nothing scored
+        ] {
+            assert!(task.check().is_err(), "{task:?}");
+            assert!(task.sequence(rng).is_err(), "{task:?}");
+            assert!(task.probe().is_err(), "{task:?}");
+            assert!(task.batch(2, rng, None).is_err(), "{task:?}");
+            assert!(train(&TrainConfig { task, ..TrainConfig::reversal() }).is_err());
+        }
+        // One query is the least: len = prefix + 1.
+        let task = Task::Induction { len: 7, vocab: 8, prefix: 6 };
+        assert_eq!(task.probe().unwrap(), [0, 1, 2, 3, 4, 5, 0]);
+        assert_eq!(task.sequence(rng).unwrap().len(), 7);
+    }
+
+    /// A batch built by hand with the wrong number of targets is an error for both
+    /// position-blind scores, not an out-of-bounds panic.
+    #[test]
+    fn the_position_blind_scores_check_the_batch() {
+        let expected = "targets has shape [4] but batch · L = 2 · 3 = 6 entries were expected";
+        let short = Batch { tokens: array![[0, 1, 2], [2, 1, 0]], targets: vec![Some(0); 4] };
+        assert_eq!(position_blind_ceiling(&short).unwrap_err().to_string(), expected);
+        assert_eq!(most_common_token_baseline(&short).unwrap_err().to_string(), expected);
+        // Any token ids are fine: the counts do not index by id.
+        let huge = Batch { tokens: array![[usize::MAX, 7, 7]], targets: vec![Some(7); 3] };
+        assert_eq!(most_common_token_baseline(&huge).unwrap().correct, 3);
+        assert_eq!(position_blind_ceiling(&huge).unwrap().correct, 3);
+    }
+
     /// The ceiling against a plain count: per sequence, group the scored positions by
     /// token, keep the most common target of each group.
     #[test]
@@ -2250,35 +2385,35 @@ mod tests {
         let batch = task.batch(300, &mut StdRng::seed_from_u64(7), None).unwrap();
         let mut expected = 0;
         for (b, seq) in batch.tokens.rows().into_iter().enumerate() {
-            let mut counts: HashMap<(usize, usize), usize> = HashMap::new();
+            let mut counts: BTreeMap<(usize, usize), usize> = BTreeMap::new();
             for (i, &t) in seq.iter().enumerate() {
                 *counts.entry((t, batch.targets[b * 7 + i].unwrap())).or_default() += 1;
             }
-            let mut best: HashMap<usize, usize> = HashMap::new();
+            let mut best: BTreeMap<usize, usize> = BTreeMap::new();
             for ((t, _), n) in counts {
                 let e = best.entry(t).or_default();
                 *e = (*e).max(n);
             }
             expected += best.values().sum::<usize>();
         }
-        let ceiling = position_blind_ceiling(&batch);
+        let ceiling = position_blind_ceiling(&batch).unwrap();
         assert_eq!((ceiling.correct, ceiling.scored), (expected, 300 * 7));
         // A palindrome can be answered fully; distinct tokens too (each token once).
         let easy = Batch::new(&task, &[vec![0, 1, 2, 0, 2, 1, 0]]).unwrap();
-        assert_eq!(position_blind_ceiling(&easy).correct, 7);
+        assert_eq!(position_blind_ceiling(&easy).unwrap().correct, 7);
     }
 
     /// Training never sees a held-out sequence.
     #[test]
     fn training_batches_avoid_the_held_out_set() {
         let task = Task::Reversal { len: 3, vocab: 2 }; // only 8 sequences exist
-        let exclude: HashSet<Vec<usize>> = [vec![0, 0, 0], vec![1, 0, 1]].into();
+        let exclude: BTreeSet<Vec<usize>> = [vec![0, 0, 0], vec![1, 0, 1]].into();
         let batch = task.batch(500, &mut StdRng::seed_from_u64(8), Some(&exclude)).unwrap();
         for row in batch.tokens.rows() {
             assert!(!exclude.contains(&row.to_vec()));
         }
         // Excluding every sequence there is: an error, not an endless loop.
-        let all: HashSet<Vec<usize>> =
+        let all: BTreeSet<Vec<usize>> =
             (0..8).map(|k| vec![k >> 2 & 1, k >> 1 & 1, k & 1]).collect();
         let err = task.batch(4, &mut StdRng::seed_from_u64(8), Some(&all)).unwrap_err();
         assert!(err.to_string().contains("excluded"), "{err}");
@@ -2301,7 +2436,7 @@ mod tests {
         let without = train(&config).unwrap();
         assert_eq!(with.held_out, without.held_out);
         let held_out = &with.held_out;
-        let ceiling = position_blind_ceiling(held_out);
+        let ceiling = position_blind_ceiling(held_out).unwrap();
         for eval in &without.evals {
             assert!(eval.score.correct <= ceiling.correct, "step {}", eval.step);
         }
@@ -2325,14 +2460,21 @@ mod tests {
                 .collect()
         };
         // Chance is 1/4; the ceiling is 0.655; the trained model scores 1 and 0.425.
-        assert!(acc_with >= 0.99, "{acc_with}");
+        let three = |x: f64| format!("{x:.3}");
+        assert_eq!(
+            [ceiling.accuracy(), acc_with, acc_without].map(three),
+            ["0.655", "1.000", "0.425"]
+        );
+        assert_eq!(acc_with, 1.0); // every held-out position right, not just rounded to 1
         assert!(acc_without <= ceiling.accuracy() && acc_without < 0.5, "{acc_without}");
         // The expected best of a position-blind model: answer the most common token.
-        let baseline = most_common_token_baseline(held_out).accuracy();
+        let baseline = most_common_token_baseline(held_out).unwrap().accuracy();
         assert!((acc_without - baseline).abs() < 0.02, "{acc_without} vs {baseline}");
         // The best head's weight on the anti-diagonal: 0.129 at the start (uniform rows
         // would give 1/9), 0.823 at the end; 0.118 without positions.
         let best = |weights: Vec<f64>| weights.into_iter().fold(0.0, f64::max);
+        let diagonal = [best(on(&with, 0)), best(on(&with, 4)), best(on(&without, 4))];
+        assert_eq!(diagonal.map(three), ["0.129", "0.823", "0.118"]);
         assert!(best(on(&with, 0)) < 0.2 && best(on(&without, 4)) < 0.2);
         assert!(best(on(&with, 4)) > 0.75);
         assert!(acc_with > ceiling.accuracy() + 0.3);
@@ -2359,6 +2501,13 @@ mod tests {
         // At the start: 0.081 and 0.066 (uniform rows would give 1/14 = 0.071); at the end
         // 0.852 on the previous token in layer 1 and 0.986 on the answer in layer 2.
         let last = run.snapshots.len() - 1;
+        let found = [
+            best(heads(0, 0, &previous)),
+            best(heads(0, 1, &answers)),
+            best(heads(last, 0, &previous)),
+            best(heads(last, 1, &answers)),
+        ];
+        assert_eq!(found.map(|x| format!("{x:.3}")), ["0.081", "0.066", "0.852", "0.986"]);
         assert!(best(heads(0, 0, &previous)) < 0.1 && best(heads(0, 1, &answers)) < 0.1);
         assert!(best(heads(last, 0, &previous)) > 0.8);
         assert!(best(heads(last, 1, &answers)) > 0.95);
@@ -2439,44 +2588,63 @@ mod tests {
         let worst = induction.losses.iter().fold(0.0, |m: f64, &x| m.max(x));
         // Reversal after 10 steps: 0.494 of the held-out positions right at lr = 0.005,
         // 0.966 at 0.05.
+        assert_eq!([base, fast].map(|x| format!("{x:.3}")), ["0.494", "0.966"]);
         assert!(base < 0.6 && fast > 0.9, "{base} {fast}");
         // Induction at 0.05: the held-out loss goes from 3.75 to 2.30 after 100 steps,
         // then to 111.8 after 200 (a training batch reaches 1420.6); after 300 it is 56.2
         // and 70 of 1200 answers are right (chance is 1/16). At 0.005 it learns (above).
         let (first, last) = (induction.evals[0], *induction.evals.last().unwrap());
+        let losses: Vec<String> =
+            induction.evals.iter().map(|e| format!("{:.2}", e.loss)).collect();
+        assert_eq!(losses, ["3.75", "2.30", "111.82", "56.17"]);
+        assert_eq!(format!("{worst:.1}"), "1420.6");
+        assert_eq!((last.score.correct, last.score.scored), (70, 1200));
         assert!(worst > 100.0 && last.loss > 10.0 * first.loss, "{worst} {last:?}");
         assert!(last.score.accuracy() < 0.1, "{last:?}");
     }
 
-    /// The claim behind [`most_common_token_baseline`], checked by brute force on one bag
-    /// of tokens: over every order of the bag `{0, 0, 1, 2, 2, 2, 3}` (all equally likely),
-    /// the best answer function `o(t)` of a position-blind model (all 4⁴ of them tried)
-    /// scores `c_max/L = 3/7` on average, and answering the most common token does.
-    #[test]
-    fn the_most_common_token_is_the_best_position_blind_answer() {
-        let bag = [0, 0, 1, 2, 2, 2, 3];
-        let mut orders = HashSet::new();
-        let mut order = bag.to_vec();
-        permutations(&mut order, 0, &mut orders);
-        assert_eq!(orders.len(), 420); // 7! / (2!·3!)
-        let task = Task::Reversal { len: 7, vocab: 4 };
+    /// Over every order of `bag` (all equally likely, as for independent uniform tokens):
+    /// the best expected reversal score of a position-blind answer function `o(t)` (all
+    /// `vocab^vocab` of them tried), and what answering the most common token scores.
+    fn position_blind_expectations(bag: &[usize], vocab: usize) -> (f64, f64) {
+        let mut orders = BTreeSet::new();
+        permutations(&mut bag.to_vec(), 0, &mut orders);
+        let len = bag.len();
+        let task = Task::Reversal { len, vocab };
         let mut best = 0.0_f64;
-        for code in 0..256 {
-            let answer = |t: usize| (code >> (2 * t)) & 3; // o(t) for t = 0..4
+        for code in 0..vocab.pow(vocab as u32) {
+            let answer = |t: usize| code / vocab.pow(t as u32) % vocab; // digit t of code
             let mut correct = 0;
             for seq in &orders {
                 let targets = task.targets(seq).unwrap();
-                correct += (0..7).filter(|&i| targets[i] == Some(answer(seq[i]))).count();
+                correct += (0..len).filter(|&i| targets[i] == Some(answer(seq[i]))).count();
             }
-            best = best.max(correct as f64 / (7 * orders.len()) as f64);
+            best = best.max(correct as f64 / (len * orders.len()) as f64);
         }
-        assert!((best - 3.0 / 7.0).abs() < 1e-12, "{best}");
         let all: Vec<Vec<usize>> = orders.into_iter().collect();
         let batch = Batch::new(&task, &all).unwrap();
-        assert!((most_common_token_baseline(&batch).accuracy() - 3.0 / 7.0).abs() < 1e-12);
+        (best, most_common_token_baseline(&batch).unwrap().accuracy())
     }
 
-    fn permutations(seq: &mut Vec<usize>, k: usize, out: &mut HashSet<Vec<usize>>) {
+    /// The claim behind [`most_common_token_baseline`], by brute force. Odd `L`: over the
+    /// 420 orders of `{0, 0, 1, 2, 2, 2, 3}` the best answer function scores `c_max/L =
+    /// 3/7`, and so does answering the most common token. Even `L`: on `{0, 0, 1, 1}` the
+    /// claim fails, as the doc comment says: the best is `2/3` (answer `1 − t`), the
+    /// strategy and `c_max/L` are `1/2`.
+    #[test]
+    fn the_most_common_token_is_the_best_position_blind_answer_for_odd_l() {
+        let mut orders = BTreeSet::new();
+        permutations(&mut vec![0, 0, 1, 2, 2, 2, 3], 0, &mut orders);
+        assert_eq!(orders.len(), 420); // 7! / (2!·3!)
+        let (best, baseline) = position_blind_expectations(&[0, 0, 1, 2, 2, 2, 3], 4);
+        assert!((best - 3.0 / 7.0).abs() < 1e-12, "{best}");
+        assert!((baseline - 3.0 / 7.0).abs() < 1e-12, "{baseline}");
+        let (best, baseline) = position_blind_expectations(&[0, 0, 1, 1], 2);
+        assert!((best - 2.0 / 3.0).abs() < 1e-12, "{best}");
+        assert!((baseline - 2.0 / 4.0).abs() < 1e-12, "{baseline}");
+    }
+
+    fn permutations(seq: &mut Vec<usize>, k: usize, out: &mut BTreeSet<Vec<usize>>) {
         if k == seq.len() {
             out.insert(seq.clone());
             return;

@@ -75,7 +75,8 @@ pub fn adam_step(theta: f64, g: f64, m: f64, v: f64, t: u32, lr: f64) -> (f64, f
 /// every position of a sequence that holds the same token the same answer (its layers
 /// cannot tell those positions apart); for each sequence and each token, the best one answer
 /// can do is the most common target among the scored positions holding that token. The
-/// answer counts those, over every sequence, and the scored positions.
+/// answer counts those, over every sequence, and the scored positions. A batch whose targets
+/// are not one per token is an error (see [`Batch::check`]).
 ///
 /// ```
 /// use attention::learn::{Batch, Task};
@@ -84,11 +85,12 @@ pub fn adam_step(theta: f64, g: f64, m: f64, v: f64, t: u32, lr: f64) -> (f64, f
 /// let task = Task::Reversal { len: 3, vocab: 3 };
 /// // a a b: the two a's want b and a, so one of them is wrong.
 /// let batch = Batch::new(&task, &[vec![0, 0, 1]]).unwrap();
-/// let bound = position_blind_bound(&batch);
+/// let bound = position_blind_bound(&batch).unwrap();
 /// assert_eq!((bound.correct, bound.scored), (2, 3));
 /// ```
 // ANCHOR: position_blind_bound
-pub fn position_blind_bound(batch: &Batch) -> Score {
+pub fn position_blind_bound(batch: &Batch) -> Result<Score> {
+    batch.check()?; // one target per token
     let len = batch.tokens.ncols();
     let mut bound = Score { correct: 0, scored: 0 };
     for (b, seq) in batch.tokens.rows().into_iter().enumerate() {
@@ -106,7 +108,7 @@ pub fn position_blind_bound(batch: &Batch) -> Score {
             bound.correct += pairs.iter().map(|p| count(p.1)).max().unwrap_or(0);
         }
     }
-    bound
+    Ok(bound)
 }
 // ANCHOR_END: position_blind_bound
 
@@ -275,7 +277,8 @@ pub fn check_adam_step(
 /// Checks an answer to exercise 12.3 ([`position_blind_bound`]): four batches small enough to
 /// count by hand (a repeated token, two orders of one bag, a palindrome, an induction sequence
 /// with unscored positions), then random reversal and induction batches against the crate's
-/// [`position_blind_ceiling`](attention::learn::position_blind_ceiling).
+/// [`position_blind_ceiling`](attention::learn::position_blind_ceiling); a batch with one
+/// target too few must be an error, not a panic.
 ///
 /// ```
 /// use attention::learn::{Batch, Score};
@@ -285,12 +288,12 @@ pub fn check_adam_step(
 /// // Every scored position right: a model that could tell its positions apart.
 /// let all = |b: &Batch| {
 ///     let scored = b.targets.iter().flatten().count();
-///     Score { correct: scored, scored }
+///     Ok(Score { correct: scored, scored })
 /// };
 /// assert!(check_position_blind_bound(all).is_err());
 /// ```
 pub fn check_position_blind_bound(
-    position_blind_bound: impl Fn(&Batch) -> Score,
+    position_blind_bound: impl Fn(&Batch) -> Result<Score>,
 ) -> Result<(), String> {
     use attention::learn::{Task, position_blind_ceiling};
     use rand::{SeedableRng, rngs::StdRng};
@@ -331,6 +334,7 @@ pub fn check_position_blind_bound(
         let batch = Batch::new(task, &sequences).map_err(|e| e.to_string())?;
         let what = format!("position_blind_bound({name})");
         let got = call(&what, || position_blind_bound(&batch))?;
+        let got = got.map_err(|e| format!("{what} returned the error \"{e}\""))?;
         if (got.correct, got.scored) != (correct, scored) {
             return Err(format!(
                 "{what} returned {} of {}, expected {correct} of {scored} ({why})",
@@ -345,15 +349,29 @@ pub fn check_position_blind_bound(
     for (seed, (task, n, name)) in (1..).zip(random) {
         let batch = task.batch(n, &mut StdRng::seed_from_u64(seed), None);
         let batch = batch.map_err(|e| e.to_string())?;
-        let expected = position_blind_ceiling(&batch);
+        let expected = position_blind_ceiling(&batch).map_err(|e| e.to_string())?;
         let what = format!("position_blind_bound({name})");
         let got = call(&what, || position_blind_bound(&batch))?;
+        let got = got.map_err(|e| format!("{what} returned the error \"{e}\""))?;
         if got != expected {
             return Err(format!(
                 "{what} returned {} of {}, expected {} of {}",
                 got.correct, got.scored, expected.correct, expected.scored
             ));
         }
+    }
+    let mut short = Batch::new(&reversal, &[vec![0, 1, 2]]).map_err(|e| e.to_string())?;
+    short.targets.pop(); // 3 tokens, 2 targets
+    let what = "position_blind_bound(a b c with one target too few)";
+    let result = call(what, || position_blind_bound(&short)).map_err(|panic| {
+        format!("{panic}; a batch whose targets do not match its tokens should be an error")
+    })?;
+    if let Ok(got) = result {
+        return Err(format!(
+            "{what} returned {} of {} instead of an error: the batch has 3 tokens but 2 \
+             targets",
+            got.correct, got.scored
+        ));
     }
     Ok(())
 }
@@ -483,6 +501,7 @@ mod tests {
         // One answer for the whole sequence: its most common target.
         let one_answer = |batch: &Batch| {
             let len = batch.tokens.ncols();
+            batch.check()?;
             let mut score = Score { correct: 0, scored: 0 };
             for b in 0..batch.len() {
                 let targets: Vec<usize> =
@@ -495,9 +514,29 @@ mod tests {
                 score.correct += best;
                 score.scored += targets.len();
             }
-            score
+            Ok(score)
         };
         rejects(check_position_blind_bound(one_answer), "returned 2 of 6, expected 6 of 6");
+        // The solution without its check of the batch: slicing one target too few panics.
+        let unchecked = |batch: &Batch| {
+            let len = batch.tokens.ncols();
+            let mut bound = Score { correct: 0, scored: 0 };
+            for (b, seq) in batch.tokens.rows().into_iter().enumerate() {
+                let targets = &batch.targets[b * len..(b + 1) * len];
+                let pairs: Vec<(usize, usize)> =
+                    seq.iter().zip(targets).filter_map(|(&x, t)| Some((x, (*t)?))).collect();
+                bound.scored += pairs.len();
+                let mut tokens: Vec<usize> = pairs.iter().map(|p| p.0).collect();
+                tokens.sort_unstable();
+                tokens.dedup();
+                for token in tokens {
+                    let count = |o: usize| pairs.iter().filter(|&&p| p == (token, o)).count();
+                    bound.correct += pairs.iter().map(|p| count(p.1)).max().unwrap_or(0);
+                }
+            }
+            Ok(bound)
+        };
+        rejects(check_position_blind_bound(unchecked), "with one target too few) panicked");
     }
 
     #[test]
@@ -507,7 +546,7 @@ mod tests {
         let task = Task::Reversal { len: 3, vocab: 3 };
         let orders = [[0, 1, 2], [0, 2, 1], [1, 0, 2], [1, 2, 0], [2, 0, 1], [2, 1, 0]];
         let batch = Batch::new(&task, &orders.map(|o| o.to_vec())).unwrap();
-        assert_eq!(position_blind_bound(&batch), Score { correct: 18, scored: 18 });
+        assert_eq!(position_blind_bound(&batch).unwrap(), Score { correct: 18, scored: 18 });
         for answer in 0..27 {
             let o = |t: usize| (answer / 3_usize.pow(t as u32)) % 3; // o(t) for t = 0, 1, 2
             let right = (0..6)

@@ -24,15 +24,15 @@ pub fn adam_step(theta: f64, g: f64, m: f64, v: f64, t: u32, lr: f64) -> (f64, f
 // ANCHOR_END: adam_step
 
 // ANCHOR: position_blind_bound
+use attention::Result;
 use attention::learn::{Batch, Score};
 
-pub fn position_blind_bound(batch: &Batch) -> Score {
+pub fn position_blind_bound(batch: &Batch) -> Result<Score> {
     todo!("per sequence and token: the count of its most common target; and the scored count")
 }
 // ANCHOR_END: position_blind_bound
 
 // ANCHOR: first_step_at
-use attention::Result;
 use attention::learn::TrainConfig;
 
 pub fn first_step_at(config: &TrainConfig, level: f64) -> Result<Option<usize>> {
