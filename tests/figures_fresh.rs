@@ -82,6 +82,7 @@ chapters! {
     ch09 => "../examples/ch09_position.rs",
     ch10 => "../examples/ch10_generation.rs",
     ch11 => "../examples/ch11_gradients.rs",
+    ch12 => "../examples/ch12_learning.rs",
 }
 
 #[path = "../examples/common/mod.rs"]

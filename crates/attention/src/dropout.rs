@@ -67,10 +67,12 @@ impl Dropout {
     ///
     /// assert_eq!(Dropout::new(0.1).unwrap().p(), 0.1);
     /// ```
+    // ANCHOR: dropout
     pub fn p(&self) -> f64 {
         self.p
     }
 
+    // ANCHOR_END: dropout
     /// The factor `1/(1 − p)` by which a kept weight is multiplied.
     ///
     /// ```

@@ -26,7 +26,7 @@
 //!
 //! Anchors (below the doc comments): `softmax_backward`, `grad_checks`, `sdpa_grads`,
 //! `sdpa_backward`, `check_backward`, `layer_tape`, `forward_train`, `layer_grads`,
-//! `layer_backward`, `layer_checks`, `project_exact`.
+//! `layer_backward`, `layer_checks`, `project_exact`, `tape_weights`.
 
 use ndarray::Dimension;
 use ndarray::{
@@ -241,9 +241,11 @@ impl<A: Float> LayerTape<A> {
     /// let (_, tape) = mha.forward_train(&x, Some(&Mask::causal(3)), None).unwrap();
     /// assert_eq!(tape.weights()[[0, 1, 0, 0]], 1.0); // token 0 sees only itself
     /// ```
+    // ANCHOR: tape_weights
     pub fn weights(&self) -> &Array4<A> {
         &self.weights
     }
+    // ANCHOR_END: tape_weights
 }
 
 /// The gradients of a loss with respect to the input and the four weight matrices of a

@@ -34,7 +34,13 @@
 //! Anchors (below the doc comments): `cross_entropy`, `embed`, `embed_backward`,
 //! `positions_backward`, `readout`, `readout_backward`, `adam`, `adam_step`, `model`,
 //! `model_init`, `model_forward`, `model_backward`, `model_step`, `tasks`, `reversal`,
-//! `induction`, `ceiling`, `accuracy`, `train_loop`.
+//! `induction`, `ceiling`, `accuracy`, `train_loop`; and, for the helpers those listings
+//! call (each one block, which mdBook's plain include shows whole): `invalid_setting`,
+//! `init_helpers`, `model_check`, `model_eval`, `loss_and_grads`, `adam_new`,
+//! `adam_with_betas`, `model_update`, `grads_views`, `dropout_masks`, `task_len`,
+//! `task_vocab`, `task_check`, `task_sources`, `task_targets`, `batch_new`, `task_sequence`,
+//! `task_batch`, `task_probe`, `score`, `score_accuracy`, `model_score`, `score_logits`,
+//! `held_out`, `train_config_model`, `recorder`, `recorder_record`, `batch_check`.
 
 use std::collections::BTreeSet;
 
@@ -53,9 +59,11 @@ use crate::grad::LayerTape;
 use crate::multihead::MultiHeadAttention;
 use crate::position::add_positions;
 
+// ANCHOR: invalid_setting
 fn invalid_setting(what: &str, problem: String) -> AttentionError {
     AttentionError::Invalid { what: what.into(), problem }
 }
+// ANCHOR_END: invalid_setting
 
 /// The mean cross-entropy of `logits: (n, classes)` against `targets` (one per row; `None`
 /// = the row is not scored), and its gradient with respect to the logits.
@@ -352,9 +360,11 @@ impl Adam {
     /// assert_eq!(Adam::new(3e-3).unwrap().lr(), 3e-3);
     /// assert!(Adam::new(0.0).is_err());
     /// ```
+    // ANCHOR: adam_new
     pub fn new(lr: f64) -> Result<Self> {
         Adam::with_betas(lr, 0.9, 0.999, 1e-8)
     }
+    // ANCHOR_END: adam_new
 
     /// Adam with every setting given: `lr > 0`, `0 ≤ β₁, β₂ < 1`, `ε > 0`.
     ///
@@ -364,6 +374,7 @@ impl Adam {
     /// assert!(Adam::with_betas(1e-3, 0.9, 0.98, 1e-9).is_ok());
     /// assert!(Adam::with_betas(1e-3, 1.0, 0.98, 1e-9).is_err());
     /// ```
+    // ANCHOR: adam_with_betas
     pub fn with_betas(lr: f64, beta1: f64, beta2: f64, eps: f64) -> Result<Self> {
         if !(lr > 0.0 && lr.is_finite()) {
             return Err(invalid_setting(
@@ -385,6 +396,7 @@ impl Adam {
         let (m, v) = (Vec::new(), Vec::new());
         Ok(Adam { lr, beta1, beta2, eps, beta1_t: 1.0, beta2_t: 1.0, steps: 0, m, v })
     }
+    // ANCHOR_END: adam_with_betas
 
     /// The learning rate.
     ///
@@ -686,6 +698,7 @@ impl ModelGrads {
     /// let (_, grads) = model.loss_and_grads(&batch, None).unwrap();
     /// assert_eq!(grads.views().len(), model.parameters().len()); // 2 + 2·4 + 2
     /// ```
+    // ANCHOR: grads_views
     pub fn views(&self) -> Vec<ArrayViewD<'_, f64>> {
         let mut views = vec![self.tokens.view().into_dyn()];
         views.extend(self.positions.iter().map(|p| p.view().into_dyn()));
@@ -696,6 +709,7 @@ impl ModelGrads {
         views.push(self.b_out.view().into_dyn());
         views
     }
+    // ANCHOR_END: grads_views
 }
 
 /// A batch of sequences and what each position should predict.
@@ -728,6 +742,7 @@ impl Batch {
     /// assert!(Batch::new(&task, &[vec![1, 2]]).is_err()); // length 2, not 3
     /// assert!(Batch::new(&task, &[vec![1, 2, 4]]).is_err()); // token 4 is not below 4
     /// ```
+    // ANCHOR: batch_new
     pub fn new(task: &Task, sequences: &[Vec<usize>]) -> Result<Batch> {
         task.check()?;
         let len = task.len();
@@ -739,6 +754,7 @@ impl Batch {
         }
         Ok(Batch { tokens, targets })
     }
+    // ANCHOR_END: batch_new
 
     /// The number of sequences.
     ///
@@ -776,6 +792,7 @@ impl Batch {
     ///     "targets has shape [5] but batch · L = 2 · 3 = 6 entries were expected"
     /// );
     /// ```
+    // ANCHOR: batch_check
     pub fn check(&self) -> Result<()> {
         let (b, len) = self.tokens.dim();
         if self.targets.len() != b * len {
@@ -785,8 +802,10 @@ impl Batch {
         }
         Ok(())
     }
+    // ANCHOR_END: batch_check
 }
 
+// ANCHOR: init_helpers
 fn uniform_matrix(rows: usize, cols: usize, a: f64, rng: &mut StdRng) -> Array2<f64> {
     let dist = Uniform::new(-a, a).expect("a > 0 and finite");
     Array2::from_shape_simple_fn((rows, cols), || dist.sample(rng)) // row-major
@@ -796,6 +815,7 @@ fn uniform_matrix(rows: usize, cols: usize, a: f64, rng: &mut StdRng) -> Array2<
 fn xavier(fan_in: usize, fan_out: usize) -> f64 {
     (6.0 / (fan_in + fan_out) as f64).sqrt()
 }
+// ANCHOR_END: init_helpers
 
 impl TinyTransformer {
     /// A model with seeded random parameters, drawn in this order, row-major, each from
@@ -923,6 +943,7 @@ impl TinyTransformer {
     }
     // ANCHOR_END: model_forward
 
+    // ANCHOR: model_check
     fn check_input(
         &self,
         batch: usize,
@@ -956,6 +977,7 @@ impl TinyTransformer {
         }
         Ok(())
     }
+    // ANCHOR_END: model_check
 
     /// The forward pass in evaluation mode (no dropout): the logits and every layer's
     /// attention weights.
@@ -973,11 +995,13 @@ impl TinyTransformer {
     /// let same = |i: usize| out.logits.slice(ndarray::s![0, i, ..]).to_vec();
     /// assert_eq!(same(0), same(1));
     /// ```
+    // ANCHOR: model_eval
     pub fn forward(&self, tokens: &ArrayRef2<usize>) -> Result<ModelOutput> {
         let (logits, tape) = self.forward_train(tokens, None)?;
         let weights = tape.layers.iter().map(|t| t.weights().clone()).collect();
         Ok(ModelOutput { logits, weights })
     }
+    // ANCHOR_END: model_eval
 
     /// One dropout scale mask `(batch, heads, len, len)` per layer, drawn layer after layer
     /// from `rng` (see [`Dropout::scale_mask`]).
@@ -993,6 +1017,7 @@ impl TinyTransformer {
     /// let masks = model.dropout_masks(&dropout, 5, 3, &mut StdRng::seed_from_u64(2));
     /// assert_eq!((masks.len(), masks[1].dim()), (2, (5, 2, 3, 3)));
     /// ```
+    // ANCHOR: dropout_masks
     pub fn dropout_masks<R: Rng + ?Sized>(
         &self,
         dropout: &Dropout,
@@ -1003,6 +1028,7 @@ impl TinyTransformer {
         let shape = (batch, self.config.heads, len, len);
         self.layers.iter().map(|_| dropout.scale_mask(shape, rng)).collect()
     }
+    // ANCHOR_END: dropout_masks
 
     /// The backward pass: from `d_logits: (batch, L, vocab)` (the gradient of the loss with
     /// respect to the logits) and the tape of [`TinyTransformer::forward_train`], the
@@ -1077,6 +1103,7 @@ impl TinyTransformer {
     /// let (loss, _) = model.loss_and_grads(&batch, None).unwrap();
     /// assert!((loss - 4f64.ln()).abs() < 1.0); // near ln 4: an untrained model guesses
     /// ```
+    // ANCHOR: loss_and_grads
     pub fn loss_and_grads(
         &self,
         batch: &Batch,
@@ -1089,6 +1116,7 @@ impl TinyTransformer {
         let d_logits = d_logits.into_shape_with_order((b, len, vocab)).expect("rows");
         Ok((loss, self.backward(&tape, &d_logits)?))
     }
+    // ANCHOR_END: loss_and_grads
 
     /// Every parameter tensor as a view, in a fixed order: the token table, the position
     /// table (if any), `W_Q`, `W_K`, `W_V`, `W_O` of each layer, the read-out's weight and
@@ -1142,6 +1170,7 @@ impl TinyTransformer {
     /// [`TinyTransformer::parameters`]. A [`MultiHeadAttention`] does not lend out its
     /// weights mutably, so each layer's four matrices are copied out, changed, and put
     /// back through [`MultiHeadAttention::new`] (which checks their shapes again).
+    // ANCHOR: model_update
     fn update<F>(&mut self, change: F) -> Result<()>
     where
         F: FnOnce(&mut [ArrayViewMutD<'_, f64>]) -> Result<()>,
@@ -1161,6 +1190,7 @@ impl TinyTransformer {
         }
         Ok(())
     }
+    // ANCHOR_END: model_update
 
     /// The predicted token at every position (the largest logit; the lowest id on a tie),
     /// in evaluation mode, and how many scored positions it gets right.
@@ -1178,15 +1208,18 @@ impl TinyTransformer {
     /// assert_eq!(score.scored, 50);
     /// ```
     // ANCHOR: accuracy
+    // ANCHOR: model_score
     pub fn score(&self, batch: &Batch) -> Result<Score> {
         let logits = self.forward(&batch.tokens)?.logits;
         score_logits(&logits, &batch.targets)
     }
+    // ANCHOR_END: model_score
     // ANCHOR_END: accuracy
 }
 
 /// The score of `logits: (batch, L, vocab)` against row-major `targets`.
 // ANCHOR: accuracy
+// ANCHOR: score_logits
 fn score_logits(logits: &ArrayRef3<f64>, targets: &[Option<usize>]) -> Result<Score> {
     let (b, len, vocab) = logits.dim();
     if targets.len() != b * len {
@@ -1221,6 +1254,7 @@ fn argmax(row: &ArrayRef1<f64>) -> usize {
     }
     best
 }
+// ANCHOR_END: score_logits
 
 /// How many scored positions were answered right.
 ///
@@ -1231,12 +1265,14 @@ fn argmax(row: &ArrayRef1<f64>) -> usize {
 /// assert_eq!(score.accuracy(), 0.75);
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+// ANCHOR: score
 pub struct Score {
     /// Right answers.
     pub correct: usize,
     /// Scored positions.
     pub scored: usize,
 }
+// ANCHOR_END: score
 
 impl Score {
     /// `correct / scored` (0 when nothing is scored).
@@ -1246,9 +1282,11 @@ impl Score {
     ///
     /// assert_eq!(Score { correct: 0, scored: 0 }.accuracy(), 0.0);
     /// ```
+    // ANCHOR: score_accuracy
     pub fn accuracy(&self) -> f64 {
         if self.scored == 0 { 0.0 } else { self.correct as f64 / self.scored as f64 }
     }
+    // ANCHOR_END: score_accuracy
 }
 
 /// A synthetic task: how sequences are drawn and what each position should predict.
@@ -1298,11 +1336,13 @@ impl Task {
     ///
     /// assert_eq!(Task::Reversal { len: 9, vocab: 4 }.len(), 9);
     /// ```
+    // ANCHOR: task_len
     pub fn len(&self) -> usize {
         match *self {
             Task::Reversal { len, .. } | Task::Induction { len, .. } => len,
         }
     }
+    // ANCHOR_END: task_len
 
     /// Whether sequences are empty (`L = 0`; [`Task::check`] rejects that).
     ///
@@ -1322,11 +1362,13 @@ impl Task {
     ///
     /// assert_eq!(Task::Induction { len: 12, vocab: 16, prefix: 8 }.vocab(), 16);
     /// ```
+    // ANCHOR: task_vocab
     pub fn vocab(&self) -> usize {
         match *self {
             Task::Reversal { vocab, .. } | Task::Induction { vocab, .. } => vocab,
         }
     }
+    // ANCHOR_END: task_vocab
 
     /// Checks the settings: `len ≥ 1`, `vocab ≥ 2`; for induction also
     /// `2 ≤ prefix ≤ vocab`, `prefix < len` (at least one query, so that something is
@@ -1348,6 +1390,7 @@ impl Task {
     ///      len = 8"
     /// );
     /// ```
+    // ANCHOR: task_check
     pub fn check(&self) -> Result<()> {
         let (len, vocab) = (self.len(), self.vocab());
         if len == 0 {
@@ -1379,6 +1422,7 @@ impl Task {
         }
         Ok(())
     }
+    // ANCHOR_END: task_check
 
     /// Where the answer of every position of `tokens` is: the position whose token is the
     /// target (`None` = the position is not scored). This is the task's rule, and the
@@ -1400,6 +1444,7 @@ impl Task {
     /// assert!(task.sources(&[3, 0, 2]).is_err());
     /// ```
     // ANCHOR: reversal
+    // ANCHOR: task_sources
     pub fn sources(&self, tokens: &[usize]) -> Result<Vec<Option<usize>>> {
         let (len, vocab) = (self.len(), self.vocab());
         if tokens.len() != len {
@@ -1422,6 +1467,7 @@ impl Task {
             // ANCHOR: reversal
         })
     }
+    // ANCHOR_END: task_sources
 
     // ANCHOR_END: reversal
     /// The target of every position of `tokens`: the token at its
@@ -1435,10 +1481,12 @@ impl Task {
     /// assert_eq!(targets, [None, None, None, Some(0), Some(2)]);
     /// ```
     // ANCHOR: reversal
+    // ANCHOR: task_targets
     pub fn targets(&self, tokens: &[usize]) -> Result<Vec<Option<usize>>> {
         let sources = self.sources(tokens)?;
         Ok(sources.into_iter().map(|source| source.map(|j| tokens[j])).collect())
     }
+    // ANCHOR_END: task_targets
     // ANCHOR_END: reversal
 
     /// One random sequence of the task, drawn from `rng`.
@@ -1459,6 +1507,7 @@ impl Task {
     /// let no_prefix = Task::Induction { len: 10, vocab: 12, prefix: 0 };
     /// assert!(no_prefix.sequence(&mut StdRng::seed_from_u64(3)).is_err());
     /// ```
+    // ANCHOR: task_sequence
     pub fn sequence<R: Rng + ?Sized>(&self, rng: &mut R) -> Result<Vec<usize>> {
         self.check()?;
         Ok(match *self {
@@ -1478,6 +1527,7 @@ impl Task {
             }
         })
     }
+    // ANCHOR_END: task_sequence
 
     /// `n` random sequences and their targets; sequences in `exclude` (the held-out set)
     /// are drawn again, so that training never sees them.
@@ -1490,6 +1540,7 @@ impl Task {
     /// let batch = task.batch(32, &mut StdRng::seed_from_u64(0), None).unwrap();
     /// assert_eq!((batch.tokens.dim(), batch.targets.len()), ((32, 7), 32 * 7));
     /// ```
+    // ANCHOR: task_batch
     pub fn batch<R: Rng + ?Sized>(
         &self,
         n: usize,
@@ -1512,6 +1563,7 @@ impl Task {
         }
         Batch::new(self, &sequences)
     }
+    // ANCHOR_END: task_batch
 
     /// A fixed input whose attention the chapter draws: reversal, the tokens `i mod vocab`;
     /// induction, the prefix `0, 1, …, prefix − 1` followed by the queries
@@ -1526,6 +1578,7 @@ impl Task {
     /// assert_eq!(induction.probe().unwrap(), [0, 1, 2, 3, 0, 1, 2]);
     /// assert!(Task::Induction { len: 7, vocab: 8, prefix: 9 }.probe().is_err());
     /// ```
+    // ANCHOR: task_probe
     pub fn probe(&self) -> Result<Vec<usize>> {
         self.check()?;
         Ok(match *self {
@@ -1535,6 +1588,7 @@ impl Task {
             }
         })
     }
+    // ANCHOR_END: task_probe
 }
 
 /// The most a position-blind model can score on `batch`, for any task: an upper bound.
@@ -1812,6 +1866,7 @@ impl TrainConfig {
     /// let model = TrainConfig::reversal().model();
     /// assert_eq!((model.vocab, model.max_len), (4, 9));
     /// ```
+    // ANCHOR: train_config_model
     pub fn model(&self) -> ModelConfig {
         ModelConfig {
             vocab: self.task.vocab(),
@@ -1822,6 +1877,7 @@ impl TrainConfig {
             positions: self.positions,
         }
     }
+    // ANCHOR_END: train_config_model
 }
 
 /// The held-out loss and accuracy after `step` updates.
@@ -1946,6 +2002,7 @@ pub fn train(config: &TrainConfig) -> Result<TrainingRun> {
 // ANCHOR_END: train_loop
 
 /// `held_out` distinct sequences of the task.
+// ANCHOR: held_out
 fn held_out_set(config: &TrainConfig, rng: &mut StdRng) -> Result<Batch> {
     let mut seen = BTreeSet::new();
     let mut sequences = Vec::with_capacity(config.held_out);
@@ -1963,8 +2020,10 @@ fn held_out_set(config: &TrainConfig, rng: &mut StdRng) -> Result<Batch> {
     }
     Batch::new(&config.task, &sequences)
 }
+// ANCHOR_END: held_out
 
 /// Records evaluations and snapshots during [`train`].
+// ANCHOR: recorder
 struct Recorder<'a> {
     config: &'a TrainConfig,
     held_out: &'a Batch,
@@ -1972,7 +2031,9 @@ struct Recorder<'a> {
     evals: Vec<Evaluation>,
     snapshots: Vec<Snapshot>,
 }
+// ANCHOR_END: recorder
 
+// ANCHOR: recorder_record
 impl Recorder<'_> {
     fn record(&mut self, model: &TinyTransformer, step: usize) -> Result<()> {
         let every = self.config.eval_every.max(1);
@@ -1992,6 +2053,7 @@ impl Recorder<'_> {
         Ok(())
     }
 }
+// ANCHOR_END: recorder_record
 
 #[cfg(test)]
 mod tests {

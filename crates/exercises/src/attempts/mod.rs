@@ -18,3 +18,4 @@ mod ch08;
 mod ch09;
 mod ch10;
 mod ch11;
+mod ch12;
