@@ -46,7 +46,7 @@ mod attempts;
 use std::fmt::Display;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
-use ndarray::{ArrayRef, ArrayRef2, Dimension};
+use ndarray::{Array2, ArrayRef, ArrayRef2, Dimension};
 
 /// Runs one call of a candidate answer, turning a panic into a message that names the call
 /// (`what`, e.g. `sliding_window(4, 4)`).
@@ -63,6 +63,25 @@ fn call<T>(what: impl Display, f: impl FnOnce() -> T) -> Result<T, String> {
             format!("{what} panicked: {message}")
         }
     })
+}
+
+/// `Ok` if `f` (one call of a candidate answer, named by `what`) refuses its input with an
+/// error; a panic, or a matrix where the error should be, is a message saying `why` the input
+/// must be refused.
+fn refuses<E>(
+    what: &str,
+    why: &str,
+    f: impl FnOnce() -> Result<Array2<f64>, E>,
+) -> Result<(), String> {
+    let result = call(what, f)
+        .map_err(|panic| format!("{panic}; it should return an error ({why})"))?;
+    match result {
+        Ok(got) => Err(format!(
+            "{what} returned a matrix of shape {:?} instead of an error ({why})",
+            got.shape()
+        )),
+        Err(_) => Ok(()),
+    }
 }
 
 /// Whether `value` is `target` or within `tolerance` of it (never, for NaN).
