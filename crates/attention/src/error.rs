@@ -158,6 +158,15 @@ pub enum AttentionError {
         /// The absolute position of the token that did not fit.
         position: usize,
     },
+    /// A layer with a bias was handed to an operation written for layers without one (the
+    /// hand-written gradients of chapter 11 have no term for a bias).
+    #[error("{operation} supports projections without a bias only, but {what} has one")]
+    Bias {
+        /// The operation that refuses, e.g. `"MultiHeadAttention's training pass"`.
+        operation: String,
+        /// The projection with a bias, e.g. `"W_Q"`.
+        what: String,
+    },
     /// A setting outside its allowed range (a RoPE base ≤ 1, a position beyond a table, a
     /// list that is not a permutation, ...).
     #[error("{what}: {problem}")]

@@ -2,6 +2,8 @@
 //!
 //! The chapters use `f64`, so that the seed notebooks' numbers (printed by NumPy in double
 //! precision) reproduce to their last printed digit; the performance work uses `f32`.
+//!
+//! Anchor (below the doc comments): `to_f64` (chapter *Inside a real model*).
 
 use std::fmt::{Debug, Display};
 use std::iter::Sum;
@@ -61,3 +63,11 @@ impl Float for f64 {
         n as f64
     }
 }
+
+/// `x` as an `f64`: exact for `f32` and `f64`. The formulas of chapter 13 (layer norm, GELU,
+/// pooling) accumulate in `f64` whatever the element type.
+// ANCHOR: to_f64
+pub(crate) fn to_f64<A: Float>(x: A) -> f64 {
+    x.to_f64().expect("f32 and f64 convert to f64")
+}
+// ANCHOR_END: to_f64

@@ -430,6 +430,9 @@ impl<A: Float> MultiHeadAttention<A> {
 
     /// Checks that `x` is `(batch, L, d_model)` with this layer's `d_model`, nothing empty.
     fn check_input(&self, name: &str, x: &ArrayRef3<A>) -> Result<()> {
+        // ANCHOR_END: layer_checks
+        self.refuse_biases()?; // a layer of chapter 13 with biases: no gradient written here
+        // ANCHOR: layer_checks
         let (_, _, d_model) =
             Operand { name, shape: x.shape(), rows: "L", cols: "d_model" }.split()?;
         if d_model != self.d_model() {
@@ -444,6 +447,22 @@ impl<A: Float> MultiHeadAttention<A> {
         Ok(())
     }
     // ANCHOR_END: layer_checks
+
+    /// Refuses a layer whose projections have a bias ([`Linear::with_bias`], chapter *Inside
+    /// a real model*): the gradients above have no term for one, so they would be wrong.
+    fn refuse_biases(&self) -> Result<()> {
+        let names = ["W_Q", "W_K", "W_V", "W_O"];
+        for (what, w) in names.into_iter().zip(self.projections()) {
+            if w.bias().is_some() {
+                let operation = "MultiHeadAttention's training pass (forward_train, backward)";
+                return Err(AttentionError::Bias {
+                    operation: operation.into(),
+                    what: what.into(),
+                });
+            }
+        }
+        Ok(())
+    }
     // ANCHOR: forward_train
 }
 // ANCHOR_END: forward_train
@@ -631,5 +650,26 @@ mod tests {
             wider.unwrap().backward(&tape, &Array3::zeros((2, 3, 4))).unwrap_err().to_string(),
             "the tape's x has d_model = 4 but W_Q has d_model = 6"
         );
+    }
+
+    /// The gradients above have no term for a bias: a layer with one is refused by both
+    /// passes (naming the first projection that has one), never given a wrong gradient.
+    #[test]
+    fn the_training_passes_refuse_a_layer_with_a_bias() {
+        let mha =
+            MultiHeadAttention::<f64>::random(4, 2, &mut StdRng::seed_from_u64(0)).unwrap();
+        let x = Array3::from_shape_fn((1, 3, 4), |(_, i, j)| (i + 2 * j) as f64 / 5.0);
+        let (_, tape) = mha.forward_train(&x, None, None).unwrap();
+        let [w_q, w_k, w_v, w_o] = mha.projections().map(|w| w.clone());
+        let bias = ndarray::Array1::from_elem(4, 0.5);
+        let w_v = Linear::with_bias(w_v.weight().clone(), bias).unwrap();
+        let biased = MultiHeadAttention::from_projections(w_q, w_k, w_v, w_o, 2).unwrap();
+        let expected = "MultiHeadAttention's training pass (forward_train, backward) supports \
+                        projections without a bias only, but W_V has one";
+        let err = biased.forward_train(&x, None, None).unwrap_err();
+        assert!(matches!(err, AttentionError::Bias { .. }));
+        assert_eq!(err.to_string(), expected);
+        let err = biased.backward(&tape, &Array3::zeros((1, 3, 4))).unwrap_err();
+        assert_eq!(err.to_string(), expected);
     }
 }

@@ -7,7 +7,7 @@
 //! | book chapter | module | what it holds |
 //! |---|---|---|
 //! | Input embeddings | [`embeddings`] | [`Vocabulary`](embeddings::Vocabulary), [`EmbeddingTable`](embeddings::EmbeddingTable): sentence → `X: (L, d_model)` |
-//! | Queries, keys and values | [`projection`] | [`Linear`](projection::Linear): `X · W` |
+//! | Queries, keys and values | [`projection`] | [`Linear`](projection::Linear): `X · W` (and `+ b` in chapter 13) |
 //! | Scores, scaling and variance | [`scores`] | `Q·Kᵀ`, `/ √d_k`, [`mean`](scores::mean), [`variance`](scores::variance) |
 //! | Scores, scaling and variance | [`stats`] | [`entropy`](stats::entropy), [`softmax_jacobian`](stats::softmax_jacobian), [`measure_scaling`](stats::measure_scaling): what the size of the scores does to softmax |
 //! | Masking | [`mask`] | [`Mask`](mask::Mask): causal, padding, arbitrary; `true` = may attend |
@@ -26,6 +26,11 @@
 //! | Gradients | [`tiled_grad`] | [`tiled_sdpa_with_lse`](tiled_grad::tiled_sdpa_with_lse), [`tiled_sdpa_backward`](tiled_grad::tiled_sdpa_backward): the FlashAttention-2 backward, weights recomputed tile by tile, no `L_q × L_k` matrix |
 //! | Watching attention learn | [`dropout`] | [`Dropout`](dropout::Dropout), [`apply_scale`](dropout::apply_scale): attention dropout with inverted scaling `1/(1 − p)` |
 //! | Watching attention learn | [`learn`] | [`TinyTransformer`](learn::TinyTransformer), [`cross_entropy`](learn::cross_entropy), [`Adam`](learn::Adam), [`Task`](learn::Task), [`train`](learn::train), [`position_blind_ceiling`](learn::position_blind_ceiling): a tiny model trained by hand |
+//! | Inside a real model | [`layer_norm`] | [`LayerNorm`](layer_norm::LayerNorm): `(x − mean)/√(var + ε)·γ + β` over each token |
+//! | Inside a real model | [`feed_forward`] | [`gelu`](feed_forward::gelu) (exact, with `erf`), [`FeedForward`](feed_forward::FeedForward): `GELU(x·W₁ + b₁)·W₂ + b₂` |
+//! | Inside a real model | [`encoder`] | [`EncoderLayer`](encoder::EncoderLayer): BERT's post-LN layer, attention and feed-forward with residuals and layer norms |
+//! | Inside a real model | [`pooling`] | [`mean_pool`](pooling::mean_pool), [`l2_normalize`](pooling::l2_normalize), [`cosine_similarity`](pooling::cosine_similarity): from token vectors to a sentence embedding |
+//! | Inside a real model | [`inspect`] | [`pattern_score`](inspect::pattern_score), [`Pattern`](inspect::Pattern), [`mean_entropy`](inspect::mean_entropy): what a head does, measured |
 //!
 //! Alongside: [`notebooks`] holds the numbers the seed notebooks printed (the tests and the
 //! chapters reproduce them), [`AttentionError`] is the one error type, and [`Float`] is the
@@ -58,16 +63,21 @@ mod batched;
 pub mod decode;
 pub mod dropout;
 pub mod embeddings;
+pub mod encoder;
 pub mod error;
 pub mod exact;
+pub mod feed_forward;
 pub mod float;
 pub mod gqa;
 pub mod grad;
+pub mod inspect;
+pub mod layer_norm;
 pub mod learn;
 pub mod mask;
 pub mod multihead;
 #[rustfmt::skip] // the printed matrices stay one row per line, as the notebooks printed them
 pub mod notebooks;
+pub mod pooling;
 pub mod position;
 pub mod projection;
 pub mod rope;

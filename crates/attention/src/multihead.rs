@@ -21,10 +21,17 @@
 //! way (consecutive groups of `d_head` columns). Its returned weights are averaged over the
 //! heads unless `average_attn_weights=False`.
 //!
+//! # From a pretrained BERT layer
+//!
+//! BERT's projections have biases (`attention.self.query.weight` and `.bias`, …,
+//! `attention.output.dense`): build each with [`Linear::with_bias`] from the transposed
+//! weight and pass the four to [`MultiHeadAttention::from_projections`].
+//!
 //! Anchors (below the doc comments): `head_width`, `split_heads`, `merge_heads`,
 //! `multihead_struct`, `multihead_new`, `multihead_forward`, `per_head_loop` (chapter
-//! *Multi-head attention*), `multihead_cross` (chapter *The complete layer*) and
-//! `projections` (chapter *Gradients*).
+//! *Multi-head attention*), `multihead_cross` (chapter *The complete layer*),
+//! `projections` (chapter *Gradients*), `multihead_batched`, `from_projections` and
+//! `without_head` (chapter *Inside a real model*).
 
 use ndarray::{
     Array, Array2, Array3, ArrayRef, ArrayRef2, ArrayRef3, Axis, Dimension, Ix2, Ix3, IxDyn, s,
@@ -347,6 +354,7 @@ impl<A: Float> MultiHeadAttention<A> {
     /// assert_eq!(out.weights.dim(), (2, 2, 3, 3));
     /// assert_eq!(out.weights[[1, 0, 2, 2]], 0.0); // item 1's third token is padding
     /// ```
+    // ANCHOR: multihead_batched
     pub fn forward_batched(
         &self,
         x: &ArrayRef3<A>,
@@ -354,6 +362,8 @@ impl<A: Float> MultiHeadAttention<A> {
     ) -> Result<MultiHeadOutput<A, Ix3>> {
         self.cross_batched(x, x, mask)
     }
+
+    // ANCHOR_END: multihead_batched
 
     /// Batched cross-attention: `x_q: (batch, L_q, d_model)`, `x_kv: (batch, L_k, d_model)`;
     /// masks as for [`MultiHeadAttention::forward_batched`].
@@ -370,6 +380,7 @@ impl<A: Float> MultiHeadAttention<A> {
     ///     .unwrap();
     /// assert_eq!(out.weights.dim(), (2, 3, 1, 4));
     /// ```
+    // ANCHOR: multihead_batched
     pub fn cross_batched(
         &self,
         x_q: &ArrayRef3<A>,
@@ -385,6 +396,7 @@ impl<A: Float> MultiHeadAttention<A> {
         let output = self.w_o.apply_batched(&merged)?;
         Ok(MultiHeadOutput { output, weights })
     }
+    // ANCHOR_END: multihead_batched
 
     /// The same as [`MultiHeadAttention::forward`], written as an explicit loop over heads:
     /// head `h` uses columns `h·d_head .. (h+1)·d_head` of `W_Q`, `W_K` and `W_V`. Slower and
@@ -468,7 +480,8 @@ impl<A: Float> MultiHeadAttention<A> {
         self.d_model() / self.heads
     }
 
-    /// The number of learnable numbers, `4·d_model²` (independent of the number of heads).
+    /// The number of learnable numbers, `4·d_model²` (independent of the number of heads),
+    /// plus `d_model` for each projection with a bias.
     ///
     /// ```
     /// use attention::multihead::MultiHeadAttention;
@@ -503,3 +516,219 @@ impl<A: Float> MultiHeadAttention<A> {
 // ANCHOR: multihead_cross
 }
 // ANCHOR_END: multihead_cross
+
+impl<A: Float> MultiHeadAttention<A> {
+    /// A layer from four given projections, biases allowed (a pretrained model's): all four
+    /// `(d_model, d_model)`, and `heads` must divide `d_model`.
+    ///
+    /// ```
+    /// use attention::{multihead::MultiHeadAttention, projection::Linear};
+    /// use ndarray::{Array1, Array2};
+    ///
+    /// let eye = Linear::new(Array2::<f64>::eye(4)).unwrap();
+    /// let w_o = Linear::with_bias(Array2::eye(4), Array1::ones(4)).unwrap();
+    /// let (w_q, w_k, w_v) = (eye.clone(), eye.clone(), eye.clone());
+    /// let mha = MultiHeadAttention::from_projections(w_q, w_k, w_v, w_o, 2).unwrap();
+    /// assert_eq!(mha.parameter_count(), 4 * 16 + 4);
+    /// let wide = Linear::new(Array2::<f64>::zeros((4, 6))).unwrap();
+    /// let err = MultiHeadAttention::from_projections(eye.clone(), eye.clone(), wide, eye, 2);
+    /// assert_eq!(
+    ///     err.unwrap_err().to_string(),
+    ///     "W_V has shape [4, 6] but a shape (d_model, d_model) = (4, 4) was expected"
+    /// );
+    /// ```
+    // ANCHOR: from_projections
+    pub fn from_projections(
+        w_q: Linear<A>,
+        w_k: Linear<A>,
+        w_v: Linear<A>,
+        w_o: Linear<A>,
+        heads: usize,
+    ) -> Result<Self> {
+        let d_model = w_q.d_in();
+        for (name, w) in [("W_Q", &w_q), ("W_K", &w_k), ("W_V", &w_v), ("W_O", &w_o)] {
+            if w.weight().dim() != (d_model, d_model) {
+                return Err(AttentionError::shape(
+                    name,
+                    w.weight().shape(),
+                    &format!(
+                        "a shape (d_model, d_model) = ({d_model}, {d_model}) was expected"
+                    ),
+                ));
+            }
+        }
+        head_width(d_model, heads)?;
+        Ok(MultiHeadAttention { w_q, w_k, w_v, w_o, heads })
+    }
+    // ANCHOR_END: from_projections
+
+    /// The same layer with head `head` removed (ablated): its `d_head` rows of `W_O`, the
+    /// ones its output is multiplied by after the merge, are set to zero, so it contributes
+    /// nothing to the output. The other heads, `W_O`'s bias and every head's weights (the
+    /// removed head's too: it still attends, it is only not heard) are unchanged.
+    ///
+    /// ```
+    /// use attention::multihead::MultiHeadAttention;
+    /// use ndarray::Array2;
+    /// use rand::{rngs::StdRng, SeedableRng};
+    ///
+    /// let mha =
+    ///     MultiHeadAttention::<f64>::random(4, 2, &mut StdRng::seed_from_u64(0)).unwrap();
+    /// let x = Array2::from_shape_fn((3, 4), |(i, j)| (i + j) as f64 / 4.0);
+    /// let both_gone = mha.without_head(0).unwrap().without_head(1).unwrap();
+    /// assert!(both_gone.forward(&x, None).unwrap().output.iter().all(|&y| y == 0.0));
+    /// assert_eq!(
+    ///     mha.without_head(2).unwrap_err().to_string(),
+    ///     "head 2: the layer has 2 heads, numbered 0 to 1"
+    /// );
+    /// ```
+    // ANCHOR: without_head
+    pub fn without_head(&self, head: usize) -> Result<Self> {
+        if head >= self.heads {
+            return Err(AttentionError::Invalid {
+                what: format!("head {head}"),
+                problem: format!(
+                    "the layer has {} heads, numbered 0 to {}",
+                    self.heads,
+                    self.heads - 1
+                ),
+            });
+        }
+        let d_head = self.w_o.d_in() / self.heads; // W_O: (d_model, d_model)
+        let mut w_o = self.w_o.weight().clone();
+        // merged · W_O: head h's columns of merged meet rows h·d_head .. (h+1)·d_head of W_O
+        w_o.slice_mut(s![head * d_head..(head + 1) * d_head, ..]).fill(A::zero());
+        let w_o = match self.w_o.bias() {
+            Some(b) => Linear::with_bias(w_o, b.clone())?,
+            None => Linear::new(w_o)?,
+        };
+        Ok(MultiHeadAttention { w_o, ..self.clone() })
+    }
+    // ANCHOR_END: without_head
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ndarray::{Array1, Array4};
+    use rand::{SeedableRng, rngs::StdRng};
+    use rand_distr::{Distribution, StandardNormal};
+
+    fn random<D: Dimension, Sh: ndarray::ShapeBuilder<Dim = D>>(
+        shape: Sh,
+        rng: &mut StdRng,
+    ) -> Array<f64, D> {
+        Array::from_shape_simple_fn(shape, || StandardNormal.sample(rng))
+    }
+
+    /// A layer whose four projections all have (random) biases.
+    fn biased_layer(
+        d_model: usize,
+        heads: usize,
+        rng: &mut StdRng,
+    ) -> MultiHeadAttention<f64> {
+        let mut linear = || {
+            let w = random((d_model, d_model), rng) / (d_model as f64).sqrt();
+            Linear::with_bias(w, random(d_model, rng)).unwrap()
+        };
+        let (w_q, w_k, w_v, w_o) = (linear(), linear(), linear(), linear());
+        MultiHeadAttention::from_projections(w_q, w_k, w_v, w_o, heads).unwrap()
+    }
+
+    /// With biases, the layer is still the per-head loop, and each projection adds its bias
+    /// to every row: `from_projections` keeps them where they belong.
+    #[test]
+    fn biases_are_added_by_every_projection() {
+        let mut rng = StdRng::seed_from_u64(3);
+        let mha = biased_layer(6, 3, &mut rng);
+        let x: Array2<f64> = random((4, 6), &mut rng);
+        let out = mha.forward(&x, None).unwrap();
+        let looped = mha.forward_per_head(&x, None).unwrap();
+        assert!((&out.output - &looped.output).iter().all(|d| d.abs() < 1e-12));
+        // By hand: q = x·W_Q + b_Q, ..., output = merged · W_O + b_O.
+        let [w_q, w_k, w_v, w_o] = mha.projections();
+        let by_hand = |w: &Linear<f64>, x: &Array2<f64>| x.dot(w.weight()) + w.bias().unwrap();
+        let (q, k, v) = (by_hand(w_q, &x), by_hand(w_k, &x), by_hand(w_v, &x));
+        let (q, k, v) = (
+            split_heads(&q, 3).unwrap(),
+            split_heads(&k, 3).unwrap(),
+            split_heads(&v, 3).unwrap(),
+        );
+        let heads = sdpa_batched(&q, &k, &v, None).unwrap();
+        let expected = by_hand(w_o, &merge_heads(&heads.output).unwrap());
+        assert!((&out.output - &expected).iter().all(|d| d.abs() < 1e-12));
+        assert!((&out.weights - &heads.weights).iter().all(|d| d.abs() < 1e-12));
+        // Without the biases, the output differs (the test can fail).
+        let plain = MultiHeadAttention::from_projections(
+            Linear::new(w_q.weight().clone()).unwrap(),
+            Linear::new(w_k.weight().clone()).unwrap(),
+            Linear::new(w_v.weight().clone()).unwrap(),
+            Linear::new(w_o.weight().clone()).unwrap(),
+            3,
+        )
+        .unwrap();
+        let plain = plain.forward(&x, None).unwrap().output;
+        assert!((&out.output - &plain).iter().any(|d| d.abs() > 1e-3));
+    }
+
+    /// Removing head `h` subtracts exactly its term `O_h · W_O[h rows]` from the output and
+    /// leaves every head's weights alone; the sum of every head's term plus `b_O` is the
+    /// output.
+    #[test]
+    fn without_head_removes_exactly_that_heads_contribution() {
+        let mut rng = StdRng::seed_from_u64(4);
+        let (d_model, heads, l) = (8, 4, 5);
+        let mha = biased_layer(d_model, heads, &mut rng);
+        let x: Array2<f64> = random((l, d_model), &mut rng);
+        let full = mha.forward(&x, Some(&Mask::causal(l))).unwrap();
+        let d_head = mha.d_head();
+        let [w_q, w_k, w_v, w_o] = mha.projections();
+        let (q, k, v) =
+            (w_q.apply(&x).unwrap(), w_k.apply(&x).unwrap(), w_v.apply(&x).unwrap());
+        let mut sum = Array2::from_shape_fn((l, d_model), |(_, j)| w_o.bias().unwrap()[j]);
+        for h in 0..heads {
+            let cols = s![.., h * d_head..(h + 1) * d_head];
+            let o_h =
+                sdpa(&q.slice(cols), &k.slice(cols), &v.slice(cols), Some(&Mask::causal(l)))
+                    .unwrap()
+                    .output;
+            let term = o_h.dot(&w_o.weight().slice(s![h * d_head..(h + 1) * d_head, ..]));
+            sum += &term;
+            let ablated =
+                mha.without_head(h).unwrap().forward(&x, Some(&Mask::causal(l))).unwrap();
+            assert_eq!(ablated.weights, full.weights);
+            let removed = &full.output - &ablated.output;
+            assert!((&removed - &term).iter().all(|d| d.abs() < 1e-12), "head {h}");
+            assert!(term.iter().any(|t| t.abs() > 1e-3), "head {h} contributes something");
+            assert_eq!(mha.without_head(h).unwrap().projections()[3].bias(), w_o.bias());
+        }
+        assert!((&sum - &full.output).iter().all(|d| d.abs() < 1e-12));
+        assert!(matches!(mha.without_head(heads), Err(AttentionError::Invalid { .. })));
+    }
+
+    /// A batch of sentences of different lengths, padded to `L` with junk and masked with
+    /// `Mask::padding`: each item's real tokens get the same output and weights as the item
+    /// alone, and no query attends to padding.
+    #[test]
+    fn a_padded_batch_gives_each_item_its_own_result() {
+        let mut rng = StdRng::seed_from_u64(5);
+        let (d_model, heads, l) = (8, 2, 6);
+        let lengths = [6, 3, 1];
+        let mha = biased_layer(d_model, heads, &mut rng);
+        let x: Array3<f64> = random((lengths.len(), l, d_model), &mut rng) * 3.0;
+        let mask = Mask::padding(&lengths, l, l).unwrap();
+        let batched = mha.forward_batched(&x, Some(&mask)).unwrap();
+        let weights: &Array4<f64> = &batched.weights;
+        for (b, &n) in lengths.iter().enumerate() {
+            let alone = mha.forward(&x.slice(s![b, ..n, ..]), None).unwrap();
+            let out = batched.output.slice(s![b, ..n, ..]);
+            assert!((&out - &alone.output).iter().all(|d| d.abs() < 1e-12), "item {b}");
+            let w = weights.slice(s![b, .., ..n, ..n]);
+            assert!((&w - &alone.weights).iter().all(|d| d.abs() < 1e-12), "item {b}");
+            // Every query, padding queries too, gives the padding keys exactly nothing.
+            assert!(weights.slice(s![b, .., .., n..]).iter().all(|&w| w == 0.0));
+            let rows: Array1<f64> = weights.slice(s![b, 0, .., ..]).sum_axis(Axis(1));
+            assert!(rows.iter().all(|s| (s - 1.0).abs() < 1e-12));
+        }
+    }
+}

@@ -7,10 +7,16 @@
 //! PyTorch's `nn.Linear` stores its weight the other way round, `(out, in)`, and computes
 //! `x · weightᵀ`; to use a PyTorch weight here, pass its transpose to [`Linear::new`].
 //!
+//! A layer of a pretrained model usually adds a bias vector, `x ↦ x · W + b` with
+//! `b: (d_out)` (PyTorch's `nn.Linear` has one unless `bias=False`); [`Linear::with_bias`]
+//! builds such a map. The layers of chapters 2 to 12 have none.
+//!
 //! Anchors (below the doc comments): `project`, `linear`, `linear_weight` (chapter
-//! *Gradients*).
+//! *Gradients*), `linear_bias` and `linear_nd` (chapter *Inside a real model*).
 
-use ndarray::{Array, Array2, Array3, ArrayRef, ArrayRef2, ArrayRef3, Dimension, IxDyn};
+use ndarray::{
+    Array, Array1, Array2, Array3, ArrayRef, ArrayRef2, ArrayRef3, Dimension, IxDyn,
+};
 use rand::Rng;
 
 use crate::embeddings::random_matrix;
@@ -18,7 +24,7 @@ use crate::error::{AttentionError, Result};
 use crate::float::Float;
 use crate::shapes::Operand;
 
-/// A linear map without bias, `x ↦ x · W` with `W: (d_in, d_out)`.
+/// A linear map `x ↦ x · W` with `W: (d_in, d_out)`, plus a bias `b: (d_out)` if it has one.
 ///
 /// ```
 /// use attention::projection::Linear;
@@ -31,7 +37,8 @@ use crate::shapes::Operand;
 #[derive(Debug, Clone, PartialEq)]
 // ANCHOR: linear
 pub struct Linear<A> {
-    w: Array2<A>,
+    w: Array2<A>,         // (d_in, d_out)
+    b: Option<Array1<A>>, // (d_out), added to every row of x · W; none before chapter 13
 }
 
 impl<A: Float> Linear<A> {
@@ -57,7 +64,7 @@ impl<A: Float> Linear<A> {
         if d_out == 0 {
             return Err(AttentionError::Empty { what: "W".into(), dim: "d_out" });
         }
-        Ok(Linear { w })
+        Ok(Linear { w, b: None })
     }
 
     // ANCHOR_END: linear
@@ -111,8 +118,8 @@ impl<A: Float> Linear<A> {
     }
 
     // ANCHOR_END: linear
-    /// `x · W` for `x: (L, d_in)`, giving `(L, d_out)`; fails if `x` is empty or has the
-    /// wrong width.
+    /// `x · W` (plus the bias `b` in every row, if there is one) for `x: (L, d_in)`, giving
+    /// `(L, d_out)`; fails if `x` is empty or has the wrong width.
     ///
     /// ```
     /// use attention::projection::Linear;
@@ -137,10 +144,56 @@ impl<A: Float> Linear<A> {
         if d_in != self.d_in() {
             return Err(AttentionError::mismatch("x", d_in, "W", self.d_in(), "d_in"));
         }
-        Ok(project(x, &self.w))
+        let y = project(x, &self.w);
+        Ok(match &self.b {
+            Some(b) => y + b, // b: (d_out) is added to every row
+            None => y,
+        })
     }
 }
 // ANCHOR_END: linear
+
+impl<A: Float> Linear<A> {
+    /// A map with a bias, `x ↦ x · W + b`, for `W: (d_in, d_out)` and `b: (d_out)`.
+    ///
+    /// From PyTorch's `nn.Linear`, pass `weight.T` (it stores `(out, in)`) and `bias`.
+    ///
+    /// ```
+    /// use attention::projection::Linear;
+    /// use ndarray::array;
+    ///
+    /// let w = Linear::with_bias(array![[1.0, 0.0], [0.0, 2.0]], array![0.5, -1.0]).unwrap();
+    /// assert_eq!(w.apply(&array![[1.0, 1.0]]).unwrap(), array![[1.5, 1.0]]);
+    /// assert_eq!(w.bias(), Some(&array![0.5, -1.0]));
+    /// assert_eq!(
+    ///     Linear::with_bias(array![[1.0, 0.0]], array![1.0]).unwrap_err().to_string(),
+    ///     "b has d_out = 1 but W has d_out = 2"
+    /// );
+    /// ```
+    // ANCHOR: linear_bias
+    pub fn with_bias(w: Array2<A>, b: Array1<A>) -> Result<Self> {
+        let linear = Linear::new(w)?;
+        if b.len() != linear.d_out() {
+            return Err(AttentionError::mismatch("b", b.len(), "W", linear.d_out(), "d_out"));
+        }
+        Ok(Linear { b: Some(b), ..linear })
+    }
+
+    // ANCHOR_END: linear_bias
+    /// The bias `b: (d_out)`, or `None` for a map without one.
+    ///
+    /// ```
+    /// use attention::projection::Linear;
+    /// use ndarray::Array2;
+    ///
+    /// assert_eq!(Linear::new(Array2::<f64>::eye(2)).unwrap().bias(), None);
+    /// ```
+    // ANCHOR: linear_bias
+    pub fn bias(&self) -> Option<&Array1<A>> {
+        self.b.as_ref()
+    }
+    // ANCHOR_END: linear_bias
+}
 
 impl<A: Float> Linear<A> {
     /// The weight matrix `W: (d_in, d_out)`.
@@ -158,19 +211,22 @@ impl<A: Float> Linear<A> {
     }
     // ANCHOR_END: linear_weight
 
-    /// The number of learnable numbers, `d_in · d_out`.
+    /// The number of learnable numbers, `d_in · d_out`, plus `d_out` for a bias.
     ///
     /// ```
     /// use attention::projection::Linear;
-    /// use ndarray::Array2;
+    /// use ndarray::{Array1, Array2};
     ///
     /// assert_eq!(Linear::new(Array2::<f64>::zeros((5, 3))).unwrap().parameter_count(), 15);
+    /// let biased = Linear::with_bias(Array2::<f64>::zeros((5, 3)), Array1::zeros(3));
+    /// assert_eq!(biased.unwrap().parameter_count(), 18);
     /// ```
     pub fn parameter_count(&self) -> usize {
-        self.w.len()
+        self.w.len() + self.b.as_ref().map_or(0, |b| b.len())
     }
 
-    /// `x · W` for a batch `x: (batch, L, d_in)`, giving `(batch, L, d_out)`.
+    /// `x · W` (plus the bias, if any) for a batch `x: (batch, L, d_in)`, giving
+    /// `(batch, L, d_out)`.
     ///
     /// ```
     /// use attention::projection::Linear;
@@ -184,10 +240,20 @@ impl<A: Float> Linear<A> {
         self.apply_nd(x)
     }
 
-    /// `x · W` for `x: (..., L, d_in)` with any number of leading axes: every token of every
-    /// batch item is mapped alike, so the leading axes and `L` are read as one long sequence
-    /// for [`Linear::apply`].
-    pub(crate) fn apply_nd<D: Dimension>(&self, x: &ArrayRef<A, D>) -> Result<Array<A, D>> {
+    /// `x · W` (plus the bias, if any) for `x: (..., L, d_in)` with any number of leading
+    /// axes: every token of every batch item is mapped alike, so the leading axes and `L` are
+    /// read as one long sequence for [`Linear::apply`].
+    ///
+    /// ```
+    /// use attention::projection::Linear;
+    /// use ndarray::{Array1, Array2, Array4};
+    ///
+    /// let w = Linear::with_bias(Array2::<f64>::eye(3), Array1::ones(3)).unwrap();
+    /// let x = Array4::<f64>::zeros((2, 2, 4, 3)); // (batch, heads, L, d_in)
+    /// assert_eq!(w.apply_nd(&x).unwrap(), Array4::ones((2, 2, 4, 3)));
+    /// ```
+    // ANCHOR: linear_nd
+    pub fn apply_nd<D: Dimension>(&self, x: &ArrayRef<A, D>) -> Result<Array<A, D>> {
         let (lead, l, d_in) =
             Operand { name: "x", shape: x.shape(), rows: "L", cols: "d_in" }.split()?;
         let rows = lead.iter().product::<usize>() * l;
@@ -199,6 +265,7 @@ impl<A: Float> Linear<A> {
             self.apply(&flat)?.into_shape_with_order(IxDyn(&shape)).expect("rows split back");
         Ok(out.into_dimensionality::<D>().expect("same number of axes as x"))
     }
+    // ANCHOR_END: linear_nd
 }
 
 /// The projection itself: `X · W`, `(L, d_in) · (d_in, d_out) = (L, d_out)`.
