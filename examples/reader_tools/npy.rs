@@ -484,7 +484,7 @@ mod tests {
         assert!(h.fortran_order && h.shape == [5] && h.dtype.unwrap().plain_name() == "bool");
         assert_eq!(
             parse("{'descr': '<f8', 'fortran_order': False, 'shape': ()}").unwrap().shape,
-            []
+            Vec::<usize>::new()
         );
         assert_eq!(
             parse("{\"shape\": (2L, 3L), \"fortran_order\": False, \"descr\": \">f8\"}")
