@@ -15,6 +15,7 @@
 //! | the encoder | [`Embeddings`], [`load_layer`], [`Bert`], [`BertOutput`] |
 //! | `tokenizer.json` | [`Tokenizer`], [`Tokens`] |
 //! | text → sentence embeddings | [`SentenceEncoder`] |
+//! | what the heads do: patterns, entropy, what a head writes, ablation | [`study`] |
 //! | the committed copy of all-MiniLM-L6-v2 | [`minilm_dir`] |
 //!
 //! ```
@@ -33,6 +34,7 @@
 mod bert;
 mod config;
 mod error;
+pub mod study;
 mod tokenizer;
 mod weights;
 
