@@ -93,7 +93,7 @@ pub fn head_scores(runs: &[Run], pattern: Pattern) -> Result<Array2<f64>> {
 /// let runs = [study::run(&encoder, "The cat sat on the mat.").unwrap()];
 /// let e = study::entropies(&runs).unwrap();
 /// assert_eq!(e.dim(), (6, 12));
-/// assert!(e.iter().all(|&h| h >= 0.0 && h <= (8f64).ln() + 1e-6)); // 8 tokens at most ln 8
+/// assert!(e.iter().all(|&h| h >= 0.0 && h <= 9f64.ln() + 1e-6)); // 9 tokens: at most ln 9
 /// ```
 pub fn entropies(runs: &[Run]) -> Result<Array2<f64>> {
     let (layers, heads) = shape_of(runs)?;
@@ -157,7 +157,7 @@ impl HeadWrites {
 /// let encoder = SentenceEncoder::load(pretrained::minilm_dir()).unwrap();
 /// let r = study::run(&encoder, "The cat sat on the mat.").unwrap();
 /// let w = study::head_writes(&encoder, &r, 1, 10).unwrap();
-/// assert_eq!(w.written.dim(), (8, 384));
+/// assert_eq!(w.written.dim(), (9, 384)); // [CLS] the cat sat on the mat . [SEP]
 /// assert!(study::head_writes(&encoder, &r, 6, 0).is_err());
 /// ```
 // ANCHOR: head_writes
