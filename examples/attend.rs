@@ -1,10 +1,11 @@
 //! Attention on your own tensors: reads Q, K, V (and a mask) from NumPy `.npy` files and
-//! writes the output (and the weights, and with `--grad-out` the gradients).
+//! writes the output (and the weights, a heatmap, a head view, and with `--grad-out` the
+//! gradients).
 //!
 //! ```text
 //! cargo run --release --example attend -- --q Q.npy --k K.npy --v V.npy \
 //!     [--mask causal | --mask M.npy] --out OUT.npy [--weights W.npy] \
-//!     [--png HEATMAP.png [--labels "my,name,is,Aj"]] \
+//!     [--png HEATMAP.png] [--view VIEW.html] [--labels "my,name,is,Aj"] \
 //!     [--grad-out DO.npy [--dq DQ.npy] [--dk DK.npy] [--dv DV.npy]] \
 //!     [--impl plain|tiled] [--bench N]
 //! ```
@@ -17,6 +18,10 @@
 //! - OUT is `(…, L_q, d_v)` in the input dtype; W is `(…, L_q, L_k)`.
 //! - `--png HEATMAP.png` draws the weights (one heatmap, or one panel per batch item and
 //!   head), masked cells marked; `--labels "my,name,is,Aj"` names the tokens (one per token).
+//! - `--view VIEW.html` writes one self-contained HTML page that shows the weights
+//!   interactively (the book's head view, offline): pick a batch item and a head, or all heads
+//!   in one colour each, and point at a token, with the mouse or the keyboard, to see its
+//!   weights as lines or as a matrix. The tokens are numbered, or named by `--labels`.
 //! - `--grad-out DO.npy` runs the backward pass too: given dO `(…, L_q, d_v)`, the gradient
 //!   of a loss with respect to the output, it writes the gradients of `sum(O ∘ dO)` with
 //!   respect to Q, K and V (PyTorch's `out.backward(dO)`) to `--dq`, `--dk` and `--dv`
@@ -25,8 +30,8 @@
 //!   and the gradients with `sdpa_backward`; `--impl tiled` computes `tiled_sdpa_batched`
 //!   (chapter 8: the output without the `L_q × L_k` matrix, on every core;
 //!   `RAYON_NUM_THREADS=N` limits the threads) and the gradients with FlashAttention-2's
-//!   `tiled_sdpa_backward`, without that matrix either. The default is plain when `--weights`
-//!   or `--png` asks for the weights (only the plain path forms them) or when
+//!   `tiled_sdpa_backward`, without that matrix either. The default is plain when `--weights`,
+//!   `--png` or `--view` asks for the weights (only the plain path forms them) or when
 //!   `L_q · L_k < 65536` (256 × 256), and tiled otherwise, with or without gradients.
 //! - `--bench N` runs the computation once to warm up, then N more times, and ends the
 //!   summary with the line `median_ms=<number>`: the median time of those N runs for the

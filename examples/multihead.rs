@@ -5,7 +5,7 @@
 //! cargo run --release --example multihead -- --x X.npy --wq WQ.npy --wk WK.npy --wv WV.npy \
 //!     --wo WO.npy --heads H [--kv-heads G] [--rope [--rope-base B]] \
 //!     [--mask causal | --mask window:W | --mask M.npy] [--decode] --out OUT.npy \
-//!     [--weights W.npy] [--png HEATMAP.png [--labels "my,name,is,Aj"]]
+//!     [--weights W.npy] [--png HEATMAP.png] [--view VIEW.html] [--labels "my,name,is,Aj"]
 //! ```
 //!
 //! - X is `(L, d_model)` or `(batch, L, d_model)`; W_Q and W_O are `(d_model, d_model)`, W_K
@@ -23,6 +23,10 @@
 //! - OUT has X's shape; W is `(heads, L, L)` or `(batch, heads, L, L)`.
 //! - `--png HEATMAP.png` draws every head's weights (one panel per batch item and head, one shared
 //!   colour scale), masked cells marked; `--labels` names the tokens, one per token.
+//! - `--view VIEW.html` writes one self-contained HTML page that shows every head's weights
+//!   interactively (the book's head view, offline): pick a batch item and a head, or all
+//!   heads in one colour each, and point at a token to see its weights as lines or as a
+//!   matrix.
 //!
 //! `--help` describes every option. Bad data (a file missing, malformed or of the wrong
 //! shape) stops the tool with one line `error: <file>: <problem>` and exit code 1; a bad

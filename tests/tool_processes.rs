@@ -10,7 +10,8 @@
 //!   replaced is put back, byte for byte;
 //! - SIGKILL between two outputs, and at random moments of a run: each output is then either
 //!   its old file or the complete new one, never a torn one;
-//! - `attend --grad-out`: its exit codes, and its three outputs rolled back like the others.
+//! - `attend --grad-out`: its exit codes, and its three outputs rolled back like the others;
+//! - `multihead --view`: a signal before the page is in place leaves no page behind.
 //!
 //! This test has its own `main` (`harness = false` in Cargo.toml): run with `--as-tool NAME`,
 //! the binary *is* the tool, so the tests need no separately built example. Positional
@@ -63,6 +64,7 @@ fn main() {
             a_hard_kill_leaves_each_output_old_or_whole,
         ),
         ("gradients_exit_codes_and_rollback", gradients_exit_codes_and_rollback),
+        ("an_interrupted_head_view_leaves_no_page", an_interrupted_head_view_leaves_no_page),
     ];
     let flag = |f: &str| args.iter().any(|a| a == f);
     if flag("--list") {
@@ -782,3 +784,47 @@ fn gradients_exit_codes_and_rollback() {
     std::fs::remove_dir(&dv).unwrap();
     assert_eq!(files(dir.path()), old);
 }
+
+/// `multihead --out out.npy --view view.html`, interrupted before each of its two outputs is
+/// moved into place: out.npy keeps its old bytes, and no page (nor a temporary file) is left.
+#[cfg(unix)]
+fn an_interrupted_head_view_leaves_no_page() {
+    let case = "f64_d12_h3_L6_causal";
+    for (at, put_back) in [(0, false), (1, true)] {
+        let dir = TempDir::new().unwrap();
+        let old = old_outputs(&dir, &["out.npy"]);
+        let (out, page) = (path_in(&dir, "out.npy"), path_in(&dir, "view.html"));
+        let mut args = layer_args("mha", case, "x_q.npy");
+        args.extend(["--heads", "3", "--out", &out, "--view", &page].map(String::from));
+        let ready = dir.path().with_extension("ready");
+        let child = tool("multihead", &args.iter().map(String::as_str).collect::<Vec<_>>())
+            .env(HOOK, format!("pause:{at}:{}", ready.display()))
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let start = Instant::now();
+        while !ready.exists() {
+            assert!(start.elapsed() < Duration::from_secs(60), "the child never paused");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        std::fs::remove_file(&ready).unwrap();
+        assert!(!Path::new(&page).exists(), "the page is not in place before its rename");
+        assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGINT) }, 0);
+        let result = child.wait_with_output().unwrap();
+        assert_eq!(result.status.code(), Some(130), "{}", text(&result.stderr));
+        let note = if put_back {
+            format!("{out} put back as it was, no output was changed")
+        } else {
+            "no output was changed".to_string()
+        };
+        assert_eq!(
+            text(&result.stderr),
+            format!("error: interrupted by SIGINT while writing the outputs; {note}\n")
+        );
+        assert_eq!(files(dir.path()), old, "before output {at}: out.npy as it was, no page");
+    }
+}
+
+#[cfg(not(unix))]
+fn an_interrupted_head_view_leaves_no_page() {}

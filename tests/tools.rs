@@ -374,6 +374,7 @@ fn tools_answer_help_and_version() {
                 "--out",
                 "--weights",
                 "--png",
+                "--view",
                 "--labels",
                 "--grad-out",
                 "--dq",
@@ -399,6 +400,7 @@ fn tools_answer_help_and_version() {
                 "--out",
                 "--weights",
                 "--png",
+                "--view",
                 "--labels",
             ][..],
         ),
@@ -1077,6 +1079,240 @@ fn multihead_draws_one_panel_per_batch_item_and_head() {
             .contains("--labels: 2 labels given but the weights have L = 6 tokens"),
         "{}",
         failure.message()
+    );
+}
+
+/// The page `--view` should have written for `weights` (…, L_q, L_k): the same
+/// `figures::HeadView` the tools build, so the file must match it byte for byte.
+fn expected_view(
+    weights: &ArrayD<f64>,
+    (queries, keys): (&[String], &[String]),
+    title: &str,
+    axes: (&str, &str),
+) -> String {
+    let n = weights.ndim();
+    let (l_q, l_k) = (weights.shape()[n - 2], weights.shape()[n - 1]);
+    let layers = if n == 4 { weights.shape()[0] } else { 1 };
+    let heads = weights.len() / (layers * l_q * l_k);
+    let stacked = weights.to_shape((layers, heads, l_q, l_k)).unwrap();
+    let mut view =
+        figures::HeadView::new("view", queries, keys).title(title).axis_names(axes.0, axes.1);
+    for (b, layer) in stacked.outer_iter().enumerate() {
+        let label = if n == 4 { format!("{} {b}", axes.0) } else { "weights".to_string() };
+        view = view.layer(&label, layer).unwrap();
+    }
+    view.to_html().unwrap()
+}
+
+#[test]
+fn tools_write_a_head_view_of_the_weights_they_computed() {
+    let dir = TempDir::new().unwrap();
+    let (out, w, page) =
+        (out_path(&dir, "out.npy"), out_path(&dir, "w.npy"), out_path(&dir, "view.html"));
+    // multihead, one sequence: one "layer" of 3 heads, tokens named by --labels, two of which
+    // would break a page that pasted them in as they are.
+    let case = "f64_d12_h3_L6_causal";
+    let tokens =
+        ["</script><script>alert(1)</script>", "<b>cat</b>", "sat", "&amp;", "\"q\"", "."];
+    let mut list = x_and_weights(case);
+    list.extend(args(&["--heads", "3", "--mask", "causal", "--out", &out, "--weights", &w]));
+    list.extend(args(&["--view", &page, "--labels", &tokens.join(",")]));
+    let summary = ok(multihead_run(&list));
+    assert!(summary.ends_with(&format!("{page} (head view of the weights)")), "{summary}");
+    let html = std::fs::read_to_string(&page).unwrap();
+    assert!(html.starts_with("<!DOCTYPE html>"), "{}", &html[..60]);
+    let weights: ArrayD<f64> = read_npy(&w).unwrap();
+    let labels: Vec<String> = tokens.iter().map(|t| t.to_string()).collect();
+    assert_eq!(
+        html,
+        expected_view(
+            &weights,
+            (&labels, &labels),
+            "3-head attention weights",
+            ("layer", "head")
+        )
+    );
+    // Self-contained: the viewer and the data inline, nothing loaded; the labels escaped.
+    assert_eq!(html.matches("<script>").count(), 2, "the data and the viewer, no more");
+    assert_eq!(html.matches("</script>").count(), 2);
+    assert!(!html.contains(" src=") && !html.contains("<link"), "loads nothing");
+    assert!(
+        html.contains(r#""\u003c/script\u003e\u003cscript\u003ealert(1)\u003c/script\u003e""#)
+    );
+    assert!(
+        html.contains(r#""\u003cb\u003ecat\u003c/b\u003e","sat","\u0026amp;","\"q\"","."#)
+    );
+    assert!(
+        html.contains(r#""heads":3,"layers":[{"label":"weights","weights":[[[1,0,0,0,0,0],"#)
+    );
+
+    // attend with (batch, heads): one "layer" per batch item; without --labels the tokens are
+    // numbered (here 4 queries and 6 keys).
+    let case = "f64_batch2_heads2_bool_L4";
+    let mut list = qkv_masked(case, Some("file"));
+    list.extend(args(&["--out", &out, "--weights", &w, "--view", &page]));
+    ok(attend_run(&list));
+    let weights: ArrayD<f64> = read_npy(&w).unwrap();
+    assert_eq!(weights.shape(), [2, 2, 4, 6]);
+    let numbers: Vec<String> = (0..6).map(|i| i.to_string()).collect();
+    let mask = fixture("sdpa", case, "mask.npy");
+    let html = std::fs::read_to_string(&page).unwrap();
+    assert_eq!(
+        html,
+        expected_view(
+            &weights,
+            (&numbers[..4], &numbers),
+            &format!("Attention weights (mask: {mask})"),
+            ("batch", "head")
+        )
+    );
+    assert!(html.contains(r#""queries":["0","1","2","3"],"keys":["0","1","2","3","4","5"]"#));
+    assert!(html.contains(r#"{"label":"batch 1","weights":"#));
+
+    // attend with one leading axis: its matrices are the view's "heads", named "batch".
+    let mut list = qkv("f64_batch2_L5_dk4");
+    list.extend(args(&["--out", &out, "--weights", &w, "--view", &page]));
+    ok(attend_run(&list));
+    let weights: ArrayD<f64> = read_npy(&w).unwrap();
+    let numbers: Vec<String> = (0..5).map(|i| i.to_string()).collect();
+    assert_eq!(
+        std::fs::read_to_string(&page).unwrap(),
+        expected_view(
+            &weights,
+            (&numbers, &numbers),
+            "Attention weights (no mask)",
+            ("layer", "batch")
+        )
+    );
+
+    // A page for many tokens: --labels is not limited to the 64 a heatmap can draw, and
+    // float32 weights are shown too; --view alone picks the plain path (it needs the weights).
+    let long = TempDir::new().unwrap();
+    let l = 100;
+    let x = Array::from_shape_fn((l, 4), |(i, j)| ((i * 7 + j * 3) % 11) as f32 / 11.0);
+    let x_path = out_path(&long, "x.npy");
+    write_npy(&x_path, &x).unwrap();
+    let labels: Vec<String> = (0..l).map(|i| format!("w{i}")).collect();
+    let page = out_path(&long, "long.HTM");
+    let list = args(&[
+        "--q",
+        &x_path,
+        "--k",
+        &x_path,
+        "--v",
+        &x_path,
+        "--mask",
+        "causal",
+        "--out",
+        &out_path(&long, "o.npy"),
+        "--view",
+        &page,
+        "--labels",
+        &labels.join(","),
+    ]);
+    let summary = ok(attend_run(&list));
+    assert!(summary.starts_with("attention (plain)"), "{summary}");
+    let html = std::fs::read_to_string(&page).unwrap();
+    assert!(html.contains(r#""w0","w1","#) && html.contains(r#""w99"]"#));
+}
+
+#[test]
+fn bad_head_view_paths_and_sizes_are_refused() {
+    let dir = TempDir::new().unwrap();
+    let out = out_path(&dir, "out.npy");
+    let with = |extra: &[&str]| {
+        let mut list = qkv("f64_causal_L6_dk8");
+        list.extend(args(&["--out", &out]));
+        list.extend(args(extra));
+        list
+    };
+    assert_usage(
+        attend_run,
+        &with(&["--view", "view.png"]),
+        &dir,
+        "invalid value 'view.png' for '--view <VIEW.html>': the head view is written as one \
+         HTML page: give a file name ending in .html",
+    );
+    assert_usage(
+        attend_run,
+        &with(&["--impl", "tiled", "--view", "v.html"]),
+        &dir,
+        "never forms",
+    );
+    // --labels needs something to name: a heatmap or a head view.
+    assert_usage(attend_run, &with(&["--labels", "a,b,c,d,e,f"]), &dir, "--view <VIEW.html>");
+    // A head view and a heatmap together, with the labels.
+    let (png, page) = (out_path(&dir, "w.png"), out_path(&dir, "w.html"));
+    ok(attend_run(&with(&["--png", &png, "--view", &page, "--labels", "a,b,c,d,e,f"])));
+    assert!(Path::new(&png).is_file() && Path::new(&page).is_file());
+    for file in [&out, &png, &page] {
+        std::fs::remove_file(file).unwrap();
+    }
+    // The labels must fit the weights.
+    assert_fails(
+        attend_run,
+        &with(&["--view", &page, "--labels", "a,b"]),
+        &dir,
+        "--labels: 2 labels given",
+        "the weights have L = 6 tokens",
+    );
+    // A directory that does not exist: nothing written, not even --out.
+    let nowhere = out_path(&dir, "no-such-dir/view.html");
+    assert_fails(
+        attend_run,
+        &with(&["--view", &nowhere]),
+        &dir,
+        &nowhere,
+        "cannot write: No such file or directory (os error 2); no output was changed",
+    );
+    assert!(!Path::new(&out).exists());
+    // Not an input, however it is spelled, nor another output.
+    let q = out_path(&dir, "q.npy");
+    std::fs::copy(fixture("sdpa", "f64_causal_L6_dk8", "q.npy"), &q).unwrap();
+    std::os::unix::fs::symlink("q.npy", dir.path().join("q-link.html")).unwrap();
+    let mut list = with(&["--view", &out_path(&dir, "q-link.html")]);
+    list[1] = q.clone();
+    assert_usage(attend_run, &list, &dir, "--view");
+    let failure = attend_run(&list).unwrap_err();
+    assert!(
+        failure.message().contains("is the same file as the input --q "),
+        "{}",
+        failure.message()
+    );
+    let twice = out_path(&dir, "twice.html");
+    assert_usage(
+        attend_run,
+        &with(&["--png", &out_path(&dir, "x.png"), "--view", &twice, "--weights", &twice]),
+        &dir,
+        "are the same file; give each output its own path",
+    );
+    // More weights than a page can hold: refused with the way out, nothing written.
+    let big = TempDir::new().unwrap();
+    let l = 2049; // 2049² > MAX_VIEW_WEIGHTS = 2²²
+    assert!(l * l > reader_tools::MAX_VIEW_WEIGHTS);
+    let x = ndarray::Array2::<f32>::zeros((l, 1));
+    let x_path = out_path(&big, "x.npy");
+    write_npy(&x_path, &x).unwrap();
+    let page = out_path(&big, "big.html");
+    let list = args(&[
+        "--q",
+        &x_path,
+        "--k",
+        &x_path,
+        "--v",
+        &x_path,
+        "--out",
+        &out_path(&big, "o.npy"),
+        "--view",
+        &page,
+    ]);
+    assert_fails(
+        attend_run,
+        &list,
+        &big,
+        &page,
+        "the weights (2049, 2049) hold 4198401 values, more than the 4194304 one page can show; \
+         pass fewer tokens or a smaller batch",
     );
 }
 

@@ -16,8 +16,8 @@ use ndarray_npy::WritableElement;
 
 use super::outputs::{Named, Outputs, check_distinct};
 use super::{
-    Failure, MaskArg, Picture, Tensor, Written, after_help, at_least_one, explain, load_bool,
-    same_dtype, shape_text, usage, wrote,
+    Failure, MaskArg, Picture, Tensor, View, Written, after_help, at_least_one, drawing,
+    explain, load_bool, same_dtype, shape_text, usage, wrote,
 };
 
 #[path = "../common/timing.rs"]
@@ -30,7 +30,8 @@ pub const TILED_FROM: usize = 256 * 256;
 ///
 /// Reads Q, K and V (and a mask) from NumPy .npy files and writes the output, (…, L_q, d_v),
 /// and the weights, (…, L_q, L_k), as .npy files in the inputs' dtype; it can also draw the
-/// weights as a PNG heatmap. Q, K and V are float32 or float64 (all the same), with the same 0, 1 or 2
+/// weights as a PNG heatmap or show them in an interactive HTML page (a head view). Q, K and V
+/// are float32 or float64 (all the same), with the same 0, 1 or 2
 /// leading axes (batch, heads). d_k is the last axis of Q; the scale is √d_k. Given dO, the
 /// gradient of a loss with respect to the output, it also runs the backward pass and writes
 /// dQ, dK and dV.
@@ -38,10 +39,13 @@ pub const TILED_FROM: usize = 256 * 256;
 #[command(
     name = "attend",
     version,
+    group(drawing()),
     after_help = after_help(
         "Examples (from the repository root):\n  \
         cargo run --release --example attend -- --q q.npy --k k.npy --v v.npy --mask causal \\\n      \
         --out out.npy --weights w.npy --png w.png --labels \"my,name,is,Aj\"\n  \
+        cargo run --release --example attend -- --q q.npy --k k.npy --v v.npy --mask causal \\\n      \
+        --out out.npy --view heads.html --labels \"my,name,is,Aj\"\n  \
         cargo run --release --example attend -- --q q.npy --k k.npy --v v.npy --mask causal \\\n      \
         --out out.npy --grad-out do.npy --dq dq.npy --dk dk.npy --dv dv.npy"
     )
@@ -90,8 +94,8 @@ pub struct Cli {
 /// Which implementation computes the attention (`--impl`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum Impl {
-    /// sdpa_batched (and sdpa_backward), which forms the weights (needed for --weights and
-    /// --png)
+    /// sdpa_batched (and sdpa_backward), which forms the weights (needed for --weights,
+    /// --png and --view)
     Plain,
     /// tiled_sdpa_batched (and FlashAttention-2's tiled_sdpa_backward): never forms the
     /// L_q × L_k matrix, runs on every core
@@ -136,7 +140,8 @@ pub fn run(args: Vec<OsString>) -> Result<String, Failure> {
     if cli.implementation == Some(Impl::Tiled) && cli.written.wants_weights() {
         return Err(usage::<Cli>(
             ErrorKind::ArgumentConflict,
-            "--impl tiled never forms the weights: drop --weights and --png, or use --impl plain",
+            "--impl tiled never forms the weights: drop --weights, --png and --view, or use \
+             --impl plain",
         ));
     }
     if let (Some(d_o), None, None, None) = (&cli.grad_out, &cli.dq, &cli.dk, &cli.dv) {
@@ -319,6 +324,10 @@ fn attend<A: Float + WritableElement>(
     });
     let Forward { output, weights, .. } = done;
 
+    let title = format!(
+        "Attention weights ({})",
+        cli.mask.as_ref().map_or("no mask".to_string(), |m| format!("mask: {}", m.describe()))
+    );
     let mut outputs = Outputs::new();
     let mut written = vec![format!("output {}", shape_text(output.shape()))];
     outputs.write_npy(&cli.written.out, &output)?;
@@ -330,18 +339,24 @@ fn attend<A: Float + WritableElement>(
         let picture = Picture {
             path,
             labels: cli.written.labels.as_deref(),
-            title: format!(
-                "Attention weights ({})",
-                cli.mask
-                    .as_ref()
-                    .map_or("no mask".to_string(), |m| format!("mask: {}", m.describe()))
-            ),
+            title: title.clone(),
             axes: &["batch", "head"][..n - 2],
         };
         let weights = weights.as_ref().expect("the plain path runs whenever --png is given");
         let png = picture.render(weights, mask.as_ref().map(Mask::as_array))?;
         outputs.write_bytes(path, &png)?;
         written.push("heatmap of the weights".into());
+    }
+    if let Some(path) = &cli.written.view {
+        let view = View {
+            path,
+            labels: cli.written.labels.as_deref(),
+            title: title.clone(),
+            axes: &["batch", "head"][..n - 2],
+        };
+        let weights = weights.as_ref().expect("the plain path runs whenever --view is given");
+        outputs.write_bytes(path, &view.render(weights)?)?;
+        written.push("head view of the weights".into());
     }
     if let Some(grads) = &grads {
         for (path, name, grad) in

@@ -1,5 +1,6 @@
 //! What the reader tools `attend` and `multihead` share: how they fail, loading `.npy` files
-//! with checks, the `--png` heatmaps, and writing results so that no run loses a file.
+//! with checks, the `--png` heatmaps and `--view` pages, and writing results so that no run
+//! loses a file.
 //!
 //! Each tool's logic is a `run(args) -> Result<summary, Failure>` function, so the tests call
 //! it directly (`tests/tools.rs`) or run it as a process (`tests/tool_processes.rs`);
@@ -27,7 +28,7 @@ use std::process::ExitCode;
 use attention::{AttentionError, Float};
 use clap::CommandFactory;
 use clap::error::ErrorKind;
-use figures::{Heatmap, HeatmapGrid, Panel, ValueRange};
+use figures::{HeadView, Heatmap, HeatmapGrid, Panel, ValueRange};
 use ndarray::{ArrayD, ArrayViewD, Axis, Dimension, Ix2};
 
 /// How a run of a tool fails.
@@ -128,7 +129,27 @@ pub fn png_path(text: &str) -> Result<PathBuf, String> {
     }
 }
 
-/// What a run writes: the four options both tools share.
+/// `--view`'s value: a path ending in `.html` or `.htm` (the tools write one HTML page).
+pub fn html_path(text: &str) -> Result<PathBuf, String> {
+    let path = PathBuf::from(text);
+    match path.extension().and_then(|e| e.to_str()) {
+        Some(ext) if ext.eq_ignore_ascii_case("html") || ext.eq_ignore_ascii_case("htm") => {
+            Ok(path)
+        }
+        _ => Err(format!(
+            "the head view is written as one HTML page: give a file name ending in .html, not \
+             {text:?}"
+        )),
+    }
+}
+
+/// The group of the options that draw the weights (`--png`, `--view`), which `--labels`
+/// needs one of; each tool's `Cli` declares it with `#[command(group(drawing()))]`.
+pub fn drawing() -> clap::ArgGroup {
+    clap::ArgGroup::new("drawing").args(["png", "view"]).multiple(true)
+}
+
+/// What a run writes: the five options both tools share.
 #[derive(clap::Args, Debug)]
 pub struct Written {
     /// Where to write the output (its shape: see above)
@@ -141,8 +162,14 @@ pub struct Written {
     /// most 64)
     #[arg(long, value_name = "HEATMAP.png", value_parser = png_path)]
     pub png: Option<PathBuf>,
-    /// Name the tokens of the heatmap, comma-separated, one per token (at most 64)
-    #[arg(long, value_name = "a,b,c", requires = "png", allow_hyphen_values = true)]
+    /// Write the weights as one self-contained HTML page, an interactive head view that
+    /// works offline: pick a batch item and head (or all heads, one colour each), point at a
+    /// token to see its weights, as lines or as a matrix
+    #[arg(long, value_name = "VIEW.html", value_parser = html_path)]
+    pub view: Option<PathBuf>,
+    /// Name the tokens of the heatmap and the head view, comma-separated, one per token (at
+    /// most 64 for --png; any number for --view) [default: numbered from 0]
+    #[arg(long, value_name = "a,b,c", requires = "drawing", allow_hyphen_values = true)]
     pub labels: Option<String>,
 }
 
@@ -154,12 +181,13 @@ impl Written {
             self.weights.as_deref().map(|path| outputs::Named { flag: "--weights", path }),
         );
         named.extend(self.png.as_deref().map(|path| outputs::Named { flag: "--png", path }));
+        named.extend(self.view.as_deref().map(|path| outputs::Named { flag: "--view", path }));
         named
     }
 
-    /// Whether the run must form the weights (to write them or to draw them).
+    /// Whether the run must form the weights (to write them, to draw them, to show them).
     pub fn wants_weights(&self) -> bool {
-        self.weights.is_some() || self.png.is_some()
+        self.weights.is_some() || self.png.is_some() || self.view.is_some()
     }
 }
 
@@ -445,21 +473,9 @@ impl Picture<'_> {
     }
 
     fn token_labels(&self, l_q: usize, l_k: usize) -> Result<Option<Vec<String>>, Failure> {
-        let Some(text) = self.labels else {
+        let Some(labels) = parse_labels(self.labels, l_q, l_k)? else {
             return Ok(None);
         };
-        let labels: Vec<String> = text.split(',').map(|l| l.trim().to_string()).collect();
-        if labels.len() != l_q || labels.len() != l_k {
-            let shape = if l_q == l_k {
-                format!("L = {l_q} tokens")
-            } else {
-                format!("L_q = {l_q} queries and L_k = {l_k} keys")
-            };
-            return Err(Failure::Data(format!(
-                "--labels: {} labels given but the weights have {shape}",
-                labels.len()
-            )));
-        }
         if labels.len() > MAX_LABELS {
             return Err(Failure::Data(format!(
                 "--labels: {} labels are more than the {MAX_LABELS} a heatmap can show legibly; \
@@ -481,6 +497,96 @@ impl Picture<'_> {
         let parts: Vec<String> =
             self.axes.iter().zip(&index).map(|(name, k)| format!("{name} {k}")).collect();
         parts.join(", ")
+    }
+}
+
+/// `--labels`, split at the commas and trimmed, checked against the weights' `L_q` and `L_k`
+/// (one label per token, so `L_q = L_k`).
+fn parse_labels(
+    text: Option<&str>,
+    l_q: usize,
+    l_k: usize,
+) -> Result<Option<Vec<String>>, Failure> {
+    let Some(text) = text else {
+        return Ok(None);
+    };
+    let labels: Vec<String> = text.split(',').map(|l| l.trim().to_string()).collect();
+    if labels.len() != l_q || labels.len() != l_k {
+        let shape = if l_q == l_k {
+            format!("L = {l_q} tokens")
+        } else {
+            format!("L_q = {l_q} queries and L_k = {l_k} keys")
+        };
+        return Err(Failure::Data(format!(
+            "--labels: {} labels given but the weights have {shape}",
+            labels.len()
+        )));
+    }
+    Ok(Some(labels))
+}
+
+/// Most weights one `--view` page holds (about 6 bytes each in the page): 2²², a page of
+/// about 25 MB, which a browser still opens (e.g. 16 heads of 512 × 512 tokens).
+pub const MAX_VIEW_WEIGHTS: usize = 1 << 22;
+
+/// What `--view` writes: one self-contained HTML page with an interactive head view of the
+/// weights (`figures::HeadView`).
+pub struct View<'a> {
+    /// The page's path (from `--view`).
+    pub path: &'a Path,
+    /// `--labels`, comma-separated, one per token.
+    pub labels: Option<&'a str>,
+    /// The view's title.
+    pub title: String,
+    /// Names the leading axes of the weights, e.g. `["batch", "head"]`.
+    pub axes: &'a [&'a str],
+}
+
+impl View<'_> {
+    /// The page for weights `(…, L_q, L_k)`: with no leading axis one matrix; with one, its
+    /// matrices are the view's heads (named by the axis); with two, the first picks the
+    /// "layer" (e.g. the batch item) and the second the head.
+    pub fn render<A: Float>(&self, weights: &ArrayD<A>) -> Result<Vec<u8>, Failure> {
+        let shown = self.path.display();
+        let n = weights.ndim();
+        let (l_q, l_k) = (weights.shape()[n - 2], weights.shape()[n - 1]);
+        if weights.len() > MAX_VIEW_WEIGHTS {
+            return Err(Failure::Data(format!(
+                "{shown}: the weights {} hold {} values, more than the {MAX_VIEW_WEIGHTS} one \
+                 page can show; pass fewer tokens or a smaller batch",
+                shape_text(weights.shape()),
+                weights.len()
+            )));
+        }
+        let (queries, keys) = match parse_labels(self.labels, l_q, l_k)? {
+            Some(labels) => (labels.clone(), labels),
+            None => (
+                (0..l_q).map(|i| i.to_string()).collect(),
+                (0..l_k).map(|j| j.to_string()).collect(),
+            ),
+        };
+        let layers: usize = if n == 4 { weights.shape()[0] } else { 1 };
+        let heads: usize = weights.shape()[..n - 2].iter().product::<usize>() / layers;
+        let weights = weights
+            .mapv(|w| w.to_f64().expect("a finite float converts to f64"))
+            .into_shape_with_order((layers, heads, l_q, l_k))
+            .expect("same number of elements");
+        let (layer_name, head_name) = match self.axes {
+            [layer, head] => (*layer, *head),
+            [head] => ("layer", *head),
+            _ => ("layer", "head"),
+        };
+        let mut view = HeadView::new("view", &queries, &keys)
+            .title(&self.title)
+            .axis_names(layer_name, head_name);
+        let cannot =
+            |e: figures::FigureError| Failure::Data(format!("{shown}: cannot draw: {e}"));
+        for (b, layer) in weights.outer_iter().enumerate() {
+            let label =
+                if n == 4 { format!("{layer_name} {b}") } else { "weights".to_string() };
+            view = view.layer(&label, layer).map_err(cannot)?;
+        }
+        Ok(view.to_html().map_err(cannot)?.into_bytes())
     }
 }
 

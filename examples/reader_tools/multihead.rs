@@ -15,8 +15,8 @@ use ndarray_npy::WritableElement;
 
 use super::outputs::{Named, Outputs, check_distinct};
 use super::{
-    Failure, MaskArg, Picture, Tensor, Written, after_help, at_least_one, explain, load_bool, same_dtype,
-    shape_text, usage, wrote,
+    Failure, MaskArg, Picture, Tensor, View, Written, after_help, at_least_one, drawing, explain,
+    load_bool, same_dtype, shape_text, usage, wrote,
 };
 
 /// Multi-head self-attention on your own tensors: X·W_Q, X·W_K, X·W_V split into heads,
@@ -26,19 +26,21 @@ use super::{
 /// Reads X and the four matrices from NumPy .npy files (all float32 or all float64; applied as
 /// X·W, so a PyTorch nn.Linear weight must be transposed first) and writes the output, X's
 /// shape, and every head's weights, (heads, L, L) or (batch, heads, L, L), in the same dtype;
-/// it can also draw the weights. There are no biases. W_Q and W_O are (d_model, d_model); W_K
-/// and W_V are (d_model, G·d_head) with d_head = d_model / heads and G from --kv-heads
-/// (without it G = heads, and they are (d_model, d_model) too).
+/// it can also draw the weights, or show them in an interactive HTML page (a head view). There
+/// are no biases. W_Q and W_O are (d_model, d_model); W_K and W_V are (d_model, G·d_head) with
+/// d_head = d_model / heads and G from --kv-heads (without it G = heads, and they are
+/// (d_model, d_model) too).
 #[derive(Parser, Debug)]
 #[command(
     name = "multihead",
     version,
+    group(drawing()),
     after_help = after_help(
         "Example (from the repository root):\n  \
         F=tests/fixtures/mha/f64_d12_h3_L6_causal\n  \
         cargo run --release --example multihead -- --x $F/x_q.npy --wq $F/w_q.npy \\\n      \
         --wk $F/w_k.npy --wv $F/w_v.npy --wo $F/w_o.npy --heads 3 --mask causal \\\n      \
-        --out out.npy --png heads.png\n\
+        --out out.npy --png heads.png --view heads.html\n\
         4 query heads sharing 2 key/value heads, RoPE (base 100), a window of 3 keys, decoded:\n  \
         G=tests/fixtures/gqa/f64_d16_h4_g2_L8_window3_rope100\n  \
         cargo run --release --example multihead -- --x $G/x.npy --wq $G/w_q.npy \\\n      \
@@ -392,6 +394,16 @@ fn multihead<A: Float + WritableElement>(
         let png = picture.render(&weights, per_head.as_ref().map(Mask::as_array))?;
         outputs.write_bytes(path, &png)?;
         written.push("heatmap of the weights".into());
+    }
+    if let Some(path) = &cli.written.view {
+        let view = View {
+            path,
+            labels: cli.written.labels.as_deref(),
+            title: plan.title(),
+            axes: panel_axes,
+        };
+        outputs.write_bytes(path, &view.render(&weights)?)?;
+        written.push("head view of the weights".into());
     }
     let paths = outputs.commit()?;
     Ok(format!("{summary}: {}", wrote(&paths.into_iter().zip(written).collect::<Vec<_>>())))

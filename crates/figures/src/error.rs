@@ -122,7 +122,7 @@ pub enum FigureError {
         /// The path given.
         path: PathBuf,
     },
-    /// The PNG file could not be written.
+    /// The file could not be written.
     #[error("cannot write {}: {source}", path.display())]
     Write {
         /// The path given.
@@ -130,6 +130,53 @@ pub enum FigureError {
         /// What the operating system said.
         #[source]
         source: std::io::Error,
+    },
+    /// A [`HeadView`](crate::HeadView) layer whose weights do not have the shape the view
+    /// needs (the token labels' counts, the first layer's number of heads).
+    #[error("layer \"{layer}\" has weights of shape {shape} but {expected} was expected: {why}")]
+    LayerShape {
+        /// The layer's label.
+        layer: String,
+        /// The shape given, e.g. `(12, 5, 6)`.
+        shape: String,
+        /// The shape expected, e.g. `(12, 5, 5)` or `(heads, 5, 5)`.
+        expected: String,
+        /// Why that shape.
+        why: String,
+    },
+    /// A [`HeadView`](crate::HeadView) weight that is NaN, infinite or outside [0, 1].
+    #[error(
+        "layer \"{layer}\", head {head} has the value {value} at row {row}, column {col}: a head view shows weights between 0 and 1"
+    )]
+    BadWeight {
+        /// The layer's label.
+        layer: String,
+        /// The head (from 0).
+        head: usize,
+        /// Row, the query (from 0).
+        row: usize,
+        /// Column, the key (from 0).
+        col: usize,
+        /// The offending value.
+        value: f64,
+    },
+    /// A [`HeadView`](crate::HeadView) id that a page cannot name safely.
+    #[error(
+        "the head view id {id:?} must be one or more ASCII letters, digits, '-' or '_' (it names the view in data-head-view=\"...\")"
+    )]
+    BadId {
+        /// The id given.
+        id: String,
+    },
+    /// An output path whose extension does not match what is written.
+    #[error("cannot write {}: {what}, so the file name must end in .{ext}", path.display())]
+    Extension {
+        /// The path given.
+        path: PathBuf,
+        /// What is written ("a head view page is HTML").
+        what: &'static str,
+        /// The extension expected, without the dot.
+        ext: &'static str,
     },
     /// Plotters failed while drawing or the PNG encoder failed (a bug rather than bad input).
     #[error("drawing failed: {0}")]

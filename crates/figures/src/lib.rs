@@ -9,6 +9,9 @@
 //! - [`Heatmap`]: one annotated matrix with a colour bar ([`ColorScheme`], [`ValueRange`]).
 //! - [`HeatmapGrid`] of [`Panel`]s: several matrices with one shared colour scale.
 //! - [`LineChart`]: named series on linear or log axes ([`Axis`]).
+//! - [`HeadView`]: stacks of labelled matrices (layers of heads) for the browser, where the
+//!   reader picks one and points at a row or a column: data for the book's viewer, or one
+//!   self-contained HTML page, rather than a PNG.
 //!
 //! Every drawing method returns a [`Result`] with a [`FigureError`] that names the problem;
 //! nothing panics on bad input.
@@ -39,11 +42,13 @@
 mod canvas;
 mod color;
 mod error;
+mod head_view;
 mod heatmap;
 mod line;
 mod ticks;
 
 pub use color::{ColorScheme, ValueRange};
 pub use error::{FigureError, Result};
+pub use head_view::HeadView;
 pub use heatmap::{ANNOTATE_MAX, Heatmap, HeatmapGrid, Panel, TARGET_WIDTH};
 pub use line::{Axis, LineChart};

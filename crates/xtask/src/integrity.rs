@@ -13,7 +13,9 @@
 //! On the built HTML (`target/book/html`): every image exists and has alt text, every internal
 //! link and `#anchor` resolves, no `{{#...}}` directive and no raw `$$` math is left outside
 //! code, nothing is loaded from the network (no external `src` on scripts, images, frames; no
-//! external stylesheet or `url(http...)` in CSS), and the Introduction holds rendered MathML.
+//! external stylesheet or `url(http...)` in CSS), the Introduction holds rendered MathML, and
+//! every interactive head view (`<div class="head-view" data-head-view="ID">`) has a local
+//! script on its page that registers its data (else it would show only its picture).
 
 use std::collections::{HashMap, HashSet};
 use std::path::{Component, Path, PathBuf};
@@ -949,6 +951,13 @@ pub fn check_html(html_dir: &Path) -> Result<Vec<String>> {
                 problem(format!("<img src=\"{}\"> has no alt text", tag.attr("src").unwrap_or("")));
             }
         }
+        for id in head_views_without_data(file, page) {
+            problem(format!(
+                "<div class=\"head-view\" data-head-view=\"{id}\">: no local <script src> on the page registers \
+                 its data (window.attentionHeadViews[\"{id}\"], written by figures::HeadView::write_data_script), \
+                 so only its static picture would show"
+            ));
+        }
     }
     let intro = html_dir.join("introduction.html");
     match pages.get(&intro) {
@@ -989,6 +998,25 @@ pub fn check_html(html_dir: &Path) -> Result<Vec<String>> {
         }
     }
     Ok(problems)
+}
+
+/// The ids of the head views on a page (`<div class="head-view" data-head-view="ID">`, drawn
+/// by book/theme/head-view.js) whose data no local script of the page registers.
+fn head_views_without_data(file: &Path, page: &Page) -> Vec<String> {
+    let scripts: Vec<String> = page
+        .tags
+        .iter()
+        .filter(|t| t.name == "script")
+        .filter_map(|t| t.attr("src").filter(|src| !is_external(src)))
+        .filter_map(|src| std::fs::read_to_string(normalize(&file.parent().unwrap_or(file).join(src))).ok())
+        .collect();
+    page.tags
+        .iter()
+        .filter(|t| t.name == "div" && t.attr("class").is_some_and(|c| c.split_whitespace().any(|c| c == "head-view")))
+        .filter_map(|t| t.attr("data-head-view"))
+        .filter(|id| !scripts.iter().any(|s| s.contains(&format!("[\"{id}\"] ="))))
+        .map(str::to_string)
+        .collect()
 }
 
 /// The targets of `url(...)` in a stylesheet, without quotes.
@@ -1067,6 +1095,13 @@ mod tests {
         write(dir, "introduction.html", r##"<h2 id="notation">N</h2><math><mi>x</mi></math><img src="img/a.png" alt="a heatmap"><a href="#notation">x</a><a href="https://example.org">web links are fine</a><pre><code>let s = "$$ {{#not a directive}}";</code></pre>"##);
         write(dir, "img/a.png", "png");
         write(dir, "book.js", "");
+        // An interactive head view, its picture and its data.
+        write(
+            dir,
+            "views.html",
+            r#"<div class="head-view" data-head-view="ch13"><img src="img/a.png" alt="heads"></div><script src="img/ch13_view.js"></script>"#,
+        );
+        write(dir, "img/ch13_view.js", r#"(window.attentionHeadViews = window.attentionHeadViews || {})["ch13"] = {};"#);
         write(dir, "css/general.css", "body { background: url(\"../img/a.png\"); }");
     }
 
@@ -1090,6 +1125,7 @@ mod tests {
                 r#"<script src="https://cdn.example/x.js"></script><link rel="stylesheet" href="//cdn.example/k.css">"#,
                 "<p>{{#include ../x.rs:anchor}}</p><p>$$ x^2 $$</p>",
                 "<math><mi>x</mi><em>i</em></math>",
+                r#"<div class="head-view" data-head-view="lost"><img src="img/a.png" alt="h"></div><script src="img/ch13_view.js"></script>"#,
                 r#"<link rel="stylesheet" href="css/extra.css"><link rel="stylesheet" href="css/fonts.css">"#,
             ),
         );
@@ -1113,6 +1149,7 @@ mod tests {
                 "css/extra.css: @import",
                 "css/fonts.css: url(../fonts/missing.woff2):",
                 "css/fonts.css: url(https://x.example/y.png) loads from the network",
+                "ch1.html: <div class=\"head-view\" data-head-view=\"lost\">: no local <script src> on the page registers its data",
             ],
         );
     }

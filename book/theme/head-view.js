@@ -1,0 +1,641 @@
+// The interactive head view of "Attention, Step by Step" (additional-js in book.toml; inlined
+// into the stand-alone pages of `attend --view` and `multihead --view`).
+//
+// Plain JavaScript, no library, nothing loaded from anywhere. It draws every element
+//
+//     <div class="head-view" data-head-view="ID"> static picture (optional) </div>
+//
+// from the data registered as window.attentionHeadViews["ID"], which figures::HeadView writes
+// (crates/figures/src/head_view.rs: title, axes, queries, keys, heads, and layers of
+// [head][query][key] weights). Each view keeps its state in its own object and touches only
+// its own element, so several views on one page do not interfere. The static picture stays
+// until the view is drawn, and for print (head-view.css); without JavaScript it is all there is.
+//
+// For tests (tools/browser/check_head_view.mjs) every view's root carries data-state (layer,
+// head, mode, the token pointed at) and data-drawn (how many lines or cells were drawn, their
+// total opacity, and a checksum of where they are).
+(function () {
+  "use strict";
+
+  if (typeof window.renderHeadViews === "function") {
+    // Loaded twice (the book's copy and a page's own): the first copy does the work.
+    window.renderHeadViews();
+    return;
+  }
+
+  /** Above this many lines, the resting picture (nothing pointed at) keeps each query's
+   *  RESTING_TOP largest weights per head. */
+  const RESTING_LINES = 40000;
+  const RESTING_TOP = 3;
+  /** Canvas backing stores larger than this on a side are not drawn by every browser. */
+  const MAX_CANVAS_PX = 16000;
+  const views = [];
+
+  function el(tag, attrs, children) {
+    const node = document.createElement(tag);
+    for (const [k, v] of Object.entries(attrs || {})) {
+      if (k === "text") node.textContent = v;
+      else if (k === "class") node.className = v;
+      else node.setAttribute(k, v);
+    }
+    for (const child of children || []) node.appendChild(child);
+    return node;
+  }
+
+  function shown(label) {
+    return String(label).trim() === "" ? "\u2423" : String(label);
+  }
+
+  function quoted(label) {
+    return "\u201c" + shown(label) + "\u201d";
+  }
+
+  /** Problems with the data, or null when it can be drawn. */
+  function malformed(d) {
+    if (!d || typeof d !== "object") return "no data";
+    if (!Array.isArray(d.queries) || !Array.isArray(d.keys)) return "no token labels";
+    if (!Array.isArray(d.layers) || d.layers.length === 0) return "no layers";
+    for (const layer of d.layers) {
+      const w = layer.weights;
+      if (!Array.isArray(w) || w.length !== d.heads) return "a layer without its heads";
+      for (const head of w) {
+        if (!Array.isArray(head) || head.length !== d.queries.length) return "a head of the wrong shape";
+        for (const row of head) {
+          if (!Array.isArray(row) || row.length !== d.keys.length) return "a row of the wrong length";
+        }
+      }
+    }
+    return null;
+  }
+
+  class View {
+    constructor(host, data) {
+      this.host = host;
+      this.d = data;
+      this.s = {
+        layer: 0,
+        head: data.heads > 1 ? -1 : 0, // -1: every head of the layer
+        mode: "lines",
+        hover: null, // {side: "q"|"k", index}
+        focus: null,
+        pin: null,
+        cell: null, // matrix mode: {i, j} under the mouse
+      };
+      this.colours = null;
+      this.layout = null;
+      this.build();
+      host.classList.add("hv-rendered");
+      this.relayout();
+    }
+
+    // -- the page -------------------------------------------------------------------------
+
+    build() {
+      const d = this.d;
+      const [layerWord, headWord] = Array.isArray(d.axes) ? d.axes : ["layer", "head"];
+      this.headWord = headWord;
+      this.layerWord = layerWord;
+      const root = el("div", { class: "hv-root", role: "group" });
+      root.setAttribute("aria-label", d.title ? String(d.title) : "attention head view");
+      if (d.title) root.appendChild(el("div", { class: "hv-title", text: String(d.title) }));
+
+      const controls = el("div", { class: "hv-controls" });
+      if (d.layers.length > 1) {
+        this.layerSelect = el("select", { class: "hv-layer" },
+          d.layers.map((l, i) => el("option", { value: String(i), text: String(l.label) })));
+        this.layerSelect.addEventListener("change", () => {
+          this.s.layer = Number(this.layerSelect.value);
+          this.draw();
+        });
+        controls.appendChild(el("label", { class: "hv-control" },
+          [el("span", { text: capital(layerWord) + " " }), this.layerSelect]));
+      }
+      if (d.heads > 1) {
+        const options = [el("option", { value: "-1", text: `all ${d.heads}` })];
+        for (let h = 0; h < d.heads; h++) options.push(el("option", { value: String(h), text: `${headWord} ${h}` }));
+        this.headSelect = el("select", { class: "hv-head" }, options);
+        this.headSelect.addEventListener("change", () => this.setHead(Number(this.headSelect.value)));
+        controls.appendChild(el("label", { class: "hv-control" },
+          [el("span", { text: capital(headWord) + " " }), this.headSelect]));
+        this.swatches = [];
+        const legend = el("span", { class: "hv-swatches" });
+        for (let h = 0; h < d.heads; h++) {
+          const b = el("button", { type: "button", class: "hv-swatch", title: `${headWord} ${h} (click: this ${headWord} alone; again: all)` });
+          b.setAttribute("aria-label", `${headWord} ${h}`);
+          b.addEventListener("click", () => this.setHead(this.s.head === h ? -1 : h));
+          this.swatches.push(b);
+          legend.appendChild(b);
+        }
+        controls.appendChild(legend);
+      }
+      this.modeButtons = {};
+      const modes = el("span", { class: "hv-modes", role: "group", "aria-label": "drawing" });
+      for (const mode of ["lines", "matrix"]) {
+        const b = el("button", { type: "button", class: "hv-mode", text: mode });
+        b.addEventListener("click", () => {
+          if (this.s.mode === mode) return;
+          this.s.mode = mode;
+          this.s.cell = null;
+          this.relayout();
+        });
+        this.modeButtons[mode] = b;
+        modes.appendChild(b);
+      }
+      controls.appendChild(modes);
+      root.appendChild(controls);
+
+      this.readout = el("div", { class: "hv-readout", "aria-live": "polite" });
+      root.appendChild(this.readout);
+
+      this.queryList = this.tokenList("q", d.queries, "queries (attending from)");
+      this.keyList = this.tokenList("k", d.keys, "keys (attended to)");
+      this.canvas = el("canvas", { class: "hv-canvas", "aria-hidden": "true" });
+      this.plot = el("div", { class: "hv-plot" }, [this.canvas]);
+      this.body = el("div", { class: "hv-body" }, [
+        el("div", { class: "hv-caption hv-caption-q" }, [
+          el("span", { class: "hv-lines-only", text: "query" }),
+          el("span", { class: "hv-matrix-only", text: "query \u2193 key \u2192" }),
+        ]),
+        el("div", { class: "hv-caption hv-caption-k", text: "key" }),
+        this.queryList, this.plot, this.keyList,
+      ]);
+      this.scroller = el("div", { class: "hv-scroll" }, [this.body]);
+      root.appendChild(this.scroller);
+      this.root = root;
+      this.host.appendChild(root);
+
+      this.canvas.addEventListener("mousemove", e => this.onCanvasMove(e));
+      this.canvas.addEventListener("mouseleave", () => {
+        if (this.s.cell || this.s.hover) {
+          this.s.cell = null;
+          this.s.hover = null;
+          this.draw();
+        }
+      });
+      this.canvas.addEventListener("click", () => {
+        if (this.s.cell) this.togglePin({ side: "q", index: this.s.cell.i });
+      });
+      if (typeof ResizeObserver === "function") {
+        let queued = false;
+        new ResizeObserver(() => {
+          if (queued) return;
+          queued = true;
+          requestAnimationFrame(() => {
+            queued = false;
+            this.relayout();
+          });
+        }).observe(this.scroller);
+      }
+    }
+
+    tokenList(side, labels, name) {
+      const list = el("ol", { class: `hv-col hv-${side === "q" ? "queries" : "keys"}`, "aria-label": name });
+      const items = labels.map((label, i) => {
+        const item = el("li", { class: "hv-token", tabindex: i === 0 ? "0" : "-1", title: `${side === "q" ? "query" : "key"} ${i}: ${label}` });
+        item.textContent = shown(label);
+        item.dataset.index = String(i);
+        item.addEventListener("mouseenter", () => { this.s.hover = { side, index: i }; this.draw(); });
+        item.addEventListener("mouseleave", () => { this.s.hover = null; this.draw(); });
+        item.addEventListener("focus", () => {
+          this.setCurrent(side, i);
+          this.s.focus = { side, index: i };
+          this.draw();
+        });
+        item.addEventListener("blur", () => { this.s.focus = null; this.draw(); });
+        item.addEventListener("click", () => this.togglePin({ side, index: i }));
+        item.addEventListener("keydown", e => this.onKey(e, side, i));
+        list.appendChild(item);
+        return item;
+      });
+      if (side === "q") this.queryItems = items; else this.keyItems = items;
+      return list;
+    }
+
+    /** Roving tabindex: one tab stop per list, on the token last visited. */
+    setCurrent(side, i) {
+      const items = side === "q" ? this.queryItems : this.keyItems;
+      for (const item of items) item.tabIndex = -1;
+      items[i].tabIndex = 0;
+    }
+
+    onKey(e, side, i) {
+      const items = side === "q" ? this.queryItems : this.keyItems;
+      const along = this.s.mode === "matrix" && side === "k" ? ["ArrowLeft", "ArrowRight"] : ["ArrowUp", "ArrowDown"];
+      const across = this.s.mode === "lines" ? { ArrowLeft: "q", ArrowRight: "k" } : {};
+      let to = null;
+      if (e.key === along[0]) to = [side, i - 1];
+      else if (e.key === along[1]) to = [side, i + 1];
+      else if (e.key === "PageUp") to = [side, i - 10];
+      else if (e.key === "PageDown") to = [side, i + 10];
+      else if (e.key === "Home") to = [side, 0];
+      else if (e.key === "End") to = [side, items.length - 1];
+      else if (across[e.key] && across[e.key] !== side) to = [across[e.key], i];
+      else if (e.key === "Enter" || e.key === " ") {
+        this.togglePin({ side, index: i });
+      } else if (e.key === "Escape") {
+        this.s.pin = null;
+        this.draw();
+      } else if (!e.key.startsWith("Arrow")) {
+        return;
+      }
+      // The view's keys stay in the view: mdBook would turn the page on Left and Right.
+      e.preventDefault();
+      e.stopPropagation();
+      if (to) {
+        const target = to[0] === "q" ? this.queryItems : this.keyItems;
+        const j = Math.max(0, Math.min(target.length - 1, to[1]));
+        target[j].focus({ preventScroll: false });
+        if (typeof target[j].scrollIntoView === "function") target[j].scrollIntoView({ block: "nearest", inline: "nearest" });
+      }
+    }
+
+    togglePin(p) {
+      const pin = this.s.pin;
+      this.s.pin = pin && pin.side === p.side && pin.index === p.index ? null : p;
+      this.draw();
+    }
+
+    setHead(h) {
+      this.s.head = h;
+      if (this.headSelect) this.headSelect.value = String(h);
+      this.draw();
+    }
+
+    onCanvasMove(e) {
+      if (this.s.mode !== "matrix" || !this.layout) return;
+      const r = this.canvas.getBoundingClientRect();
+      const x = e.clientX - r.left;
+      const y = e.clientY - r.top;
+      const { cellW, qTop, qBottom } = this.layout;
+      const j = Math.floor(x / cellW);
+      let i = -1;
+      for (let k = 0; k < qTop.length; k++) if (y >= qTop[k] && y < qBottom[k]) i = k;
+      const cell = i >= 0 && j >= 0 && j < this.d.keys.length ? { i, j } : null;
+      const same = (a, b) => (a && b ? a.i === b.i && a.j === b.j : a === b);
+      if (!same(cell, this.s.cell)) {
+        this.s.cell = cell;
+        this.s.hover = cell ? { side: "q", index: cell.i } : null;
+        this.draw();
+      }
+    }
+
+    /** The token whose weights are shown: under the mouse, else focused, else pinned. */
+    pointed() {
+      return this.s.hover || this.s.focus || this.s.pin;
+    }
+
+    // -- colours and layout ---------------------------------------------------------------
+
+    readColours() {
+      const css = getComputedStyle(this.root);
+      const v = (name, fallback) => css.getPropertyValue(name).trim() || fallback;
+      const sat = v("--hv-head-s", "70%");
+      const light = v("--hv-head-l", "42%");
+      const heads = [];
+      for (let h = 0; h < this.d.heads; h++) {
+        const hue = Math.round((205 + (h * 360) / this.d.heads) % 360);
+        heads.push(`hsl(${hue}, ${sat}, ${light})`);
+      }
+      this.colours = { heads, accent: v("--hv-accent", "#1f6fd1"), fg: v("--hv-fg", "#222"), key: `${sat}|${light}` };
+      if (this.swatches) this.swatches.forEach((b, h) => { b.style.background = heads[h]; });
+    }
+
+    /** Colour of head h, or of the shown heads' mean (h < 0). */
+    colour(h) {
+      if (h < 0 || this.d.heads === 1) return this.colours.accent;
+      return this.colours.heads[h];
+    }
+
+    relayout() {
+      const matrix = this.s.mode === "matrix";
+      this.root.classList.toggle("hv-mode-lines", !matrix);
+      this.root.classList.toggle("hv-mode-matrix", matrix);
+      for (const [mode, b] of Object.entries(this.modeButtons)) b.setAttribute("aria-pressed", String(mode === this.s.mode));
+      const nk = this.d.keys.length;
+      let cellW = 0;
+      if (matrix) {
+        const room = Math.max(120, this.scroller.clientWidth - this.queryList.offsetWidth - 24);
+        cellW = Math.max(3, Math.min(28, Math.floor(room / nk)));
+        this.root.classList.toggle("hv-dense", cellW < 12);
+        for (const item of this.keyItems) item.style.width = `${cellW}px`;
+        this.plot.style.width = `${cellW * nk}px`;
+      } else {
+        this.root.classList.remove("hv-dense");
+        for (const item of this.keyItems) item.style.width = "";
+        this.plot.style.width = "";
+      }
+      // Heights from the token rows themselves, so the drawing lines up with any font.
+      const plotTop = this.plot.getBoundingClientRect().top;
+      const rel = items => items.map(item => {
+        const r = item.getBoundingClientRect();
+        return [r.top - plotTop, r.bottom - plotTop];
+      });
+      const q = rel(this.queryItems);
+      const k = matrix ? [] : rel(this.keyItems);
+      const height = Math.max(
+        this.queryList.offsetHeight,
+        matrix ? 0 : this.keyList.offsetHeight,
+        1,
+      );
+      const width = matrix ? cellW * nk : Math.max(60, this.plot.clientWidth);
+      this.plot.style.height = `${height}px`;
+      const scale = Math.min(window.devicePixelRatio || 1, MAX_CANVAS_PX / Math.max(width, height));
+      this.canvas.width = Math.max(1, Math.round(width * scale));
+      this.canvas.height = Math.max(1, Math.round(height * scale));
+      this.canvas.style.width = `${width}px`;
+      this.canvas.style.height = `${height}px`;
+      this.layout = {
+        width, height, scale, cellW,
+        rowH: q.length ? q[0][1] - q[0][0] : 20,
+        qTop: q.map(r => r[0]), qBottom: q.map(r => r[1]),
+        qY: q.map(r => (r[0] + r[1]) / 2), kY: k.map(r => (r[0] + r[1]) / 2),
+      };
+      this.readColours();
+      this.draw();
+    }
+
+    // -- drawing ----------------------------------------------------------------------------
+
+    /** Weight of (query i, key j) for head h, or the mean over every head for h < 0. */
+    weight(h, i, j) {
+      if (h >= 0) return this.d.layers[this.s.layer].weights[h][i][j];
+      return this.mean()[i * this.d.keys.length + j];
+    }
+
+    /** The mean of the current layer's heads, computed once per layer. */
+    mean() {
+      const l = this.s.layer;
+      this.means = this.means || [];
+      if (!this.means[l]) {
+        const w = this.d.layers[l].weights;
+        const nq = this.d.queries.length, nk = this.d.keys.length;
+        const mean = new Float64Array(nq * nk);
+        for (const head of w) {
+          for (let i = 0; i < nq; i++) for (let j = 0; j < nk; j++) mean[i * nk + j] += head[i][j];
+        }
+        for (let n = 0; n < mean.length; n++) mean[n] /= w.length;
+        this.means[l] = mean;
+      }
+      return this.means[l];
+    }
+
+    draw() {
+      if (!this.layout) return;
+      const ctx = this.canvas.getContext("2d");
+      const { scale, width, height } = this.layout;
+      ctx.setTransform(scale, 0, 0, scale, 0, 0);
+      ctx.clearRect(0, 0, width, height);
+      const p = this.pointed();
+      const stats = makeStats();
+      if (this.s.mode === "lines") this.drawLines(ctx, p, stats);
+      else this.drawMatrix(ctx, p, stats);
+      ctx.globalAlpha = 1;
+      this.shadeTokens(p);
+      this.writeReadout(p);
+      for (const [side, items] of [["q", this.queryItems], ["k", this.keyItems]]) {
+        items.forEach((item, i) => {
+          item.classList.toggle("hv-pointed", !!p && p.side === side && p.index === i);
+          item.classList.toggle("hv-pinned", !!this.s.pin && this.s.pin.side === side && this.s.pin.index === i);
+        });
+      }
+      if (this.swatches) this.swatches.forEach((b, h) => b.setAttribute("aria-pressed", String(this.s.head === h)));
+      const s = this.s;
+      this.root.dataset.state = `layer=${s.layer} head=${s.head < 0 ? "all" : s.head} mode=${s.mode} ` +
+        `point=${p ? p.side + p.index : "none"} pin=${s.pin ? s.pin.side + s.pin.index : "none"}` +
+        (s.cell ? ` cell=${s.cell.i},${s.cell.j}` : "");
+      this.root.dataset.drawn = `${stats.count} ${stats.alpha.toFixed(3)} ${stats.where.toFixed(3)}`;
+    }
+
+    shownHeads() {
+      if (this.s.head >= 0) return [this.s.head];
+      return Array.from({ length: this.d.heads }, (_, h) => h);
+    }
+
+    drawLines(ctx, p, stats) {
+      const { width, qY, kY, rowH } = this.layout;
+      const heads = this.shownHeads();
+      const x0 = 3, x1 = width - 3;
+      // Several heads: each its own lane within a token's row, so their lines stay apart.
+      const lane = new Map(heads.map((h, n) => [h, heads.length > 1 ? ((n + 0.5) / heads.length - 0.5) * rowH * 0.7 : 0]));
+      const line = (h, i, j, w, faint) => {
+        ctx.strokeStyle = this.colour(h);
+        ctx.globalAlpha = faint ? 0.1 + 0.4 * w : Math.min(1, 0.12 + 0.88 * w);
+        ctx.lineWidth = faint ? 1 : 1 + 3 * w;
+        ctx.beginPath();
+        ctx.moveTo(x0, qY[i] + lane.get(h));
+        ctx.lineTo(x1, kY[j] + lane.get(h));
+        ctx.stroke();
+        stats.add(h, i, j, ctx.globalAlpha);
+      };
+      const nq = this.d.queries.length, nk = this.d.keys.length;
+      if (p) {
+        for (const h of heads) {
+          if (p.side === "q") {
+            for (let j = 0; j < nk; j++) { const w = this.weight(h, p.index, j); if (w > 0) line(h, p.index, j, w, false); }
+          } else {
+            for (let i = 0; i < nq; i++) { const w = this.weight(h, i, p.index); if (w > 0) line(h, i, p.index, w, false); }
+          }
+        }
+        return;
+      }
+      // Resting: every row faintly; with very many lines, only each row's largest weights
+      // (chosen once per layer and heads).
+      this.restingTop = nq * nk * heads.length > RESTING_LINES;
+      const key = `${this.s.layer}|${this.s.head}`;
+      this.resting = this.resting || new Map();
+      if (!this.resting.has(key)) {
+        const lines = [];
+        for (const h of heads) {
+          for (let i = 0; i < nq; i++) {
+            let keys = [];
+            for (let j = 0; j < nk; j++) {
+              const w = this.weight(h, i, j);
+              if (w < 0.01) continue;
+              keys.push([j, w]);
+              if (this.restingTop && keys.length > RESTING_TOP) {
+                keys.sort((a, b) => b[1] - a[1] || a[0] - b[0]);
+                keys.pop();
+              }
+            }
+            for (const [j, w] of keys) lines.push([h, i, j, w]);
+          }
+        }
+        this.resting.set(key, lines);
+      }
+      for (const [h, i, j, w] of this.resting.get(key)) line(h, i, j, w, true);
+    }
+
+    drawMatrix(ctx, p, stats) {
+      const { cellW, qTop, qBottom, height, width, scale } = this.layout;
+      const h = this.s.head;
+      const nq = this.d.queries.length, nk = this.d.keys.length;
+      // The cells are drawn once into a canvas of their own (per layer, head, size and
+      // colour); pointing only adds outlines on top, so long inputs stay responsive.
+      const key = `${this.s.layer}|${h}|${cellW}|${width}x${height}|${scale}|${this.colour(h)}`;
+      if (!this.cells || this.cells.key !== key) {
+        const canvas = document.createElement("canvas");
+        canvas.width = this.canvas.width;
+        canvas.height = this.canvas.height;
+        const cx = canvas.getContext("2d");
+        cx.setTransform(scale, 0, 0, scale, 0, 0);
+        // Shading from 0 (none) to the largest weight shown (full colour), said in the readout:
+        // over 128 keys most weights are small, and absolute shading would hide them.
+        let max = 0;
+        for (let i = 0; i < nq; i++) for (let j = 0; j < nk; j++) max = Math.max(max, this.weight(h, i, j));
+        const drawn = makeStats();
+        cx.fillStyle = this.colour(h);
+        for (let i = 0; i < nq; i++) {
+          const top = qTop[i], rowH = qBottom[i] - qTop[i];
+          for (let j = 0; j < nk; j++) {
+            const w = this.weight(h, i, j);
+            if (w <= 0) continue;
+            cx.globalAlpha = w / max;
+            cx.fillRect(j * cellW, top + 0.5, Math.max(1, cellW - (cellW > 6 ? 1 : 0)), rowH - 1);
+            drawn.add(h, i, j, w / max);
+          }
+        }
+        this.cells = { key, canvas, max, drawn };
+      }
+      this.matrixMax = this.cells.max;
+      ctx.save();
+      ctx.setTransform(1, 0, 0, 1, 0, 0);
+      ctx.drawImage(this.cells.canvas, 0, 0);
+      ctx.restore();
+      stats.merge(this.cells.drawn);
+      ctx.globalAlpha = 1;
+      ctx.strokeStyle = this.colours.fg;
+      ctx.lineWidth = 1.5;
+      if (p && p.side === "q") {
+        ctx.strokeRect(0.75, qTop[p.index] + 0.75, nk * cellW - 1.5, qBottom[p.index] - qTop[p.index] - 1.5);
+        stats.count++;
+      } else if (p && p.side === "k") {
+        ctx.strokeRect(p.index * cellW + 0.75, 0.75, cellW - 1.5, height - 1.5);
+        stats.count++;
+      }
+      if (this.s.cell) {
+        const { i, j } = this.s.cell;
+        ctx.lineWidth = 2.5;
+        ctx.strokeRect(j * cellW + 1, qTop[i] + 1, cellW - 2, qBottom[i] - qTop[i] - 2);
+      }
+    }
+
+    /** The other side's tokens, shaded by their weight to or from the token pointed at. */
+    shadeTokens(p) {
+      const h = this.s.head;
+      const clear = items => items.forEach(item => { item.style.background = ""; item.removeAttribute("data-weight"); });
+      clear(this.queryItems);
+      clear(this.keyItems);
+      if (!p) return;
+      const other = p.side === "q" ? this.keyItems : this.queryItems;
+      const colour = this.colour(h);
+      other.forEach((item, n) => {
+        const w = p.side === "q" ? this.weight(h, p.index, n) : this.weight(h, n, p.index);
+        item.dataset.weight = w.toFixed(3);
+        if (w > 0) item.style.background = `color-mix(in srgb, ${colour} ${Math.round(w * 70)}%, transparent)`;
+      });
+    }
+
+    writeReadout(p) {
+      const d = this.d, h = this.s.head;
+      const which = d.heads === 1 ? "" : h >= 0 ? `${this.headWord} ${h}` : `mean of ${d.heads} ${this.headWord}s`;
+      const suffix = which ? ` (${which})` : "";
+      const scale = this.s.mode === "matrix"
+        ? ` Shading: none for 0, full colour for ${this.matrixMax.toFixed(3)}, the largest weight shown.` : "";
+      if (this.s.mode === "matrix" && this.s.cell) {
+        const { i, j } = this.s.cell;
+        this.readout.textContent = `query ${i} ${quoted(d.queries[i])} \u2192 key ${j} ${quoted(d.keys[j])}: ` +
+          `${this.weight(h, i, j).toFixed(3)}${suffix}.${scale}`;
+        return;
+      }
+      if (!p) {
+        const top = this.s.mode === "lines" && this.restingTop
+          ? ` Until then each query shows its ${RESTING_TOP} largest weights.` : "";
+        this.readout.textContent = "Point at a token (mouse, or Tab and the arrow keys) to see its weights; " +
+          `click or Enter keeps it.${top}${scale}`;
+        return;
+      }
+      const from = p.side === "q";
+      const n = from ? d.keys.length : d.queries.length;
+      const top = [];
+      for (let m = 0; m < n; m++) top.push([m, from ? this.weight(h, p.index, m) : this.weight(h, m, p.index)]);
+      top.sort((a, b) => b[1] - a[1] || a[0] - b[0]);
+      const labels = from ? d.keys : d.queries;
+      const best = top.slice(0, 3).filter(t => t[1] > 0).map(t => `${quoted(labels[t[0]])} ${t[1].toFixed(3)}`);
+      const pinned = this.s.pin && this.s.pin.side === p.side && this.s.pin.index === p.index ? " [kept]" : "";
+      this.readout.textContent = (from
+        ? `query ${p.index} ${quoted(d.queries[p.index])}${suffix} attends most to ${best.join(", ") || "nothing"}${pinned}.`
+        : `key ${p.index} ${quoted(d.keys[p.index])}${suffix} is attended most by ${best.join(", ") || "nothing"}${pinned}.`) + scale;
+    }
+  }
+
+  /** What was drawn, in numbers (for tests): how many lines or cells, their total opacity, and
+   *  a sum that also depends on which (head, query, key) each one was. */
+  function makeStats() {
+    return {
+      count: 0, alpha: 0, where: 0,
+      add(h, i, j, alpha) {
+        this.count++;
+        this.alpha += alpha;
+        this.where += alpha * (((h * 7 + i * 131 + j * 31) % 97) + 1);
+      },
+      merge(other) {
+        this.count += other.count;
+        this.alpha += other.alpha;
+        this.where += other.where;
+      },
+    };
+  }
+
+  function capital(word) {
+    const s = String(word);
+    return s.charAt(0).toUpperCase() + s.slice(1);
+  }
+
+  /** Draws every head view on the page whose data is registered and which is not drawn yet. */
+  function renderHeadViews() {
+    const registry = window.attentionHeadViews || {};
+    for (const host of document.querySelectorAll("div.head-view[data-head-view]")) {
+      if (host.classList.contains("hv-rendered") || host.hvFailed) continue;
+      const id = host.getAttribute("data-head-view");
+      if (!Object.prototype.hasOwnProperty.call(registry, id)) continue;
+      const problem = malformed(registry[id]);
+      if (problem) {
+        host.hvFailed = true;
+        host.appendChild(el("p", { class: "hv-note", text: `(The interactive view "${id}" cannot be drawn: ${problem}.)` }));
+        continue;
+      }
+      views.push(new View(host, registry[id]));
+    }
+  }
+
+  /** A theme change (mdBook's theme picker, or the system's light/dark setting) recolours. */
+  function recolour() {
+    for (const view of views) {
+      view.readColours();
+      view.draw();
+    }
+  }
+
+  window.renderHeadViews = renderHeadViews;
+  if (typeof MutationObserver === "function") {
+    new MutationObserver(recolour).observe(document.documentElement, { attributes: true, attributeFilter: ["class"] });
+  }
+  if (window.matchMedia) {
+    const dark = window.matchMedia("(prefers-color-scheme: dark)");
+    if (dark.addEventListener) dark.addEventListener("change", recolour);
+  }
+  if (document.readyState === "loading") {
+    document.addEventListener("DOMContentLoaded", renderHeadViews);
+  } else {
+    renderHeadViews();
+  }
+  window.addEventListener("load", () => {
+    renderHeadViews();
+    for (const host of document.querySelectorAll("div.head-view[data-head-view]")) {
+      if (!host.classList.contains("hv-rendered") && !host.hvFailed) {
+        host.hvFailed = true;
+        host.appendChild(el("p", { class: "hv-note", text: "(The interactive view's data did not load; the picture above shows the weights.)" }));
+      }
+    }
+  });
+})();
