@@ -83,6 +83,7 @@ chapters! {
     ch10 => "../examples/ch10_generation.rs",
     ch11 => "../examples/ch11_gradients.rs",
     ch12 => "../examples/ch12_learning.rs",
+    ch13 => "../examples/ch13_real_model.rs",
 }
 
 #[path = "../examples/common/mod.rs"]

@@ -1,0 +1,376 @@
+//! Chapter 13, *Inside a real model*: all-MiniLM-L6-v2, a pretrained BERT encoder, run through
+//! the book's own layers: its 72 heads on one sentence, heads found by what they do, where
+//! "looking at nothing" goes, the entropy of every head, which sentences the model calls
+//! close, and what removing one head changes.
+//!
+//! ```text
+//! cargo run --release --example ch13_real_model [-- --out-dir DIR] [--help]
+//! cargo run --release --example ch13_real_model -- "your sentence" [--out FILE.png] [--view FILE.html]
+//! cargo run --release --example ch13_real_model -- --compare "a sentence" "another sentence"
+//! cargo run --release --example ch13_real_model -- --time ["a sentence"]
+//! ... [--model DIR]   (any BERT-layout directory: config.json, model.safetensors, tokenizer.json)
+//! ```
+//!
+//! The first form prints the numbers the chapter quotes (the same text goes to
+//! `ch13_output.txt`) and draws `ch13_heads.png`, `ch13_entropy.png`, `ch13_similarity.png`
+//! and `ch13_ablation.png`, and writes `ch13_head_view.js`, the data of the chapter's
+//! interactive head view.
+
+#[allow(dead_code)] // `run_chapter`: this example parses more options, with `common::parse`
+mod common;
+
+use std::error::Error;
+use std::fmt::Write;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::Instant;
+
+use attention::inspect::Pattern;
+use attention::pooling::cosine_similarity;
+use figures::{Heatmap, HeatmapGrid, HeadView, Panel, ValueRange};
+use ndarray::Array2;
+use pretrained::study::{self, Run};
+use pretrained::{SentenceEncoder, Tokens};
+
+/// The sentence whose 72 heads the grid and the head view show.
+const SENTENCE: &str = "The cat sat on the mat because it was tired.";
+
+/// The fixed sentences over which heads are scored: varied structure, repeated words.
+const PROBE: [&str; 10] = [
+    "The cat sat on the mat because it was tired.",
+    "She said that the report would be ready by Friday.",
+    "A small boat drifted slowly across the quiet lake.",
+    "The dog chased the ball, and the ball rolled under the car.",
+    "Rain fell all night, so the river rose above the old bridge.",
+    "He opened the door, looked around the room, and closed the door again.",
+    "Many students find linear algebra harder than calculus.",
+    "The library keeps its rarest books in a cold, dry basement.",
+    "When the music stopped, everyone turned to look at the stage.",
+    "My sister bought a red bike and my brother bought a blue bike.",
+];
+
+/// The sentences of the similarity demo and of the ablation: three pairs that say the same
+/// thing in other words.
+const SIMILAR: [&str; 6] = [
+    "A man is playing a guitar.",
+    "Someone is strumming an instrument.",
+    "The stock market fell sharply today.",
+    "Share prices dropped this afternoon.",
+    "A cat is sleeping on the sofa.",
+    "The kitten naps on the couch.",
+];
+
+/// The 16-token sentence that `--time` runs when given none (the chapter's measurement).
+const TIME_SENTENCE: &str = "The quick brown fox jumps over the lazy dog near the river bank.";
+
+/// The patterns of the head-finding table, with their names in the report.
+const PATTERNS: [(Pattern, &str); 5] = [
+    (Pattern::PreviousToken, "previous token"),
+    (Pattern::NextToken, "next token"),
+    (Pattern::FirstToken, "[CLS] (first)"),
+    (Pattern::LastToken, "[SEP] (last)"),
+    (Pattern::SameToken, "same word elsewhere"),
+];
+
+/// A head's score above which the report counts it as "parking" its weight on a token.
+const PARK: f64 = 0.5;
+
+/// `layer.head`, the name of a head in the report and the figures (both counted from 0).
+fn head_name(layer: usize, head: usize) -> String {
+    format!("{layer}.{head}")
+}
+
+/// The median of some numbers.
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+/// The largest entry of a `(layers, heads)` table and where it is.
+fn argmax(a: &Array2<f64>) -> ((usize, usize), f64) {
+    study::top(a, 1)[0]
+}
+
+/// Everything the chapter's run computes, from the committed model.
+struct Findings {
+    grid_run: Run,
+    entropy: Array2<f64>,
+    similarity: Array2<f64>,
+    ablation: Array2<f64>,
+    report: String,
+}
+
+fn findings(encoder: &SentenceEncoder) -> Result<Findings, Box<dyn Error>> {
+    let config = encoder.bert().config();
+    let (layers, heads) = (config.num_hidden_layers, config.num_attention_heads);
+    let mut out = String::new();
+    writeln!(
+        out,
+        "all-MiniLM-L6-v2 (the committed f16 copy, computed in f32): {layers} layers × {heads} heads \
+         of {}, d_model = {}, d_ff = {}",
+        config.d_head(),
+        config.hidden_size,
+        config.intermediate_size
+    )?;
+
+    let grid_run = study::run(encoder, SENTENCE)?;
+    writeln!(out, "\n\"{SENTENCE}\" → {} tokens:", grid_run.tokens.ids.len())?;
+    writeln!(out, "  {}", grid_run.tokens.tokens.join(" "))?;
+    writeln!(out, "  ids {:?}", grid_run.tokens.ids)?;
+
+    let runs = PROBE.iter().map(|t| study::run(encoder, t)).collect::<Result<Vec<_>, _>>()?;
+    let queries: usize = runs.iter().map(|r| r.tokens.ids.len()).sum();
+    writeln!(out, "\nHeads found by what they do ({} sentences, {queries} tokens); score = mean weight", PROBE.len())?;
+    writeln!(out, "on the pattern's key, averaged over the queries where it is defined:")?;
+    let scores = PATTERNS.iter().map(|(p, _)| study::head_scores(&runs, *p)).collect::<Result<Vec<_>, _>>()?;
+    for ((_, name), table) in PATTERNS.iter().zip(&scores) {
+        let best: Vec<String> =
+            study::top(table, 3).iter().map(|((l, h), v)| format!("{} {v:.3}", head_name(*l, *h))).collect();
+        let over = table.iter().filter(|&&v| v > PARK).count();
+        writeln!(out, "  {name:<20} best {:<34} heads over {PARK}: {over}", best.join(", "))?;
+    }
+
+    let first = &scores[2];
+    let (mut cls_ratio, mut parked_writes, mut other_writes) = (Vec::new(), Vec::new(), Vec::new());
+    for ((l, h), &on_cls) in first.indexed_iter() {
+        for r in &runs {
+            let writes = study::head_writes(encoder, r, l, h)?;
+            if on_cls > PARK {
+                cls_ratio.push(writes.first_value_ratio());
+                parked_writes.push(writes.written_ratio());
+            } else {
+                other_writes.push(writes.written_ratio());
+            }
+        }
+    }
+    let parked = first.iter().filter(|&&v| v > PARK).count();
+    writeln!(out, "\n\"Looking at nothing\": the {parked} heads that put more than half their weight on [CLS]")?;
+    writeln!(
+        out,
+        "  [CLS]'s value through the head's rows of W_O, over the other tokens' mean: median {:.3}",
+        median(cls_ratio)
+    )?;
+    writeln!(
+        out,
+        "  what the head writes into a token, over a word's value: median {:.3} (the other {} heads: {:.3})",
+        median(parked_writes),
+        layers * heads - parked,
+        median(other_writes)
+    )?;
+
+    let entropy = study::entropies(&runs)?;
+    let ((l_min, h_min), _) = argmax(&entropy.mapv(|e| -e));
+    let ((l_max, h_max), e_max) = argmax(&entropy);
+    let mean_len = queries as f64 / runs.len() as f64;
+    writeln!(out, "\nMean entropy of a row (nats; uniform over the {mean_len:.1} tokens of an average sentence: {:.3}):", mean_len.ln())?;
+    writeln!(out, "  sharpest head {} {:.4}, flattest head {} {e_max:.3}", head_name(l_min, h_min), entropy[[l_min, h_min]], head_name(l_max, h_max))?;
+    for (l, row) in entropy.outer_iter().enumerate() {
+        writeln!(out, "  layer {l}: mean {:.3}", row.mean().unwrap_or(0.0))?;
+    }
+
+    let e = encoder.embed(&SIMILAR)?;
+    let similarity = study::similarities(&e)?;
+    writeln!(out, "\nCosine similarity of the sentence embeddings:")?;
+    for i in 0..SIMILAR.len() {
+        let row: Vec<String> = similarity.row(i).iter().map(|v| format!("{v:6.3}")).collect();
+        writeln!(out, "  {}  {}", row.join(" "), SIMILAR[i])?;
+    }
+    let ablation = study::ablation(encoder, &SIMILAR)?;
+    let ((l, h), worst) = argmax(&ablation);
+    let mean = ablation.mean().unwrap_or(0.0);
+    writeln!(out, "\nRemoving one head at a time (72 runs), the largest change of any pair's cosine:")?;
+    writeln!(out, "  at most {worst:.4} (head {}), on average {mean:.4}", head_name(l, h))?;
+    let small = ablation.iter().filter(|&&v| v < 0.01).count();
+    writeln!(out, "  heads whose removal moves no pair by 0.01 or more: {small} of {}", layers * heads)?;
+
+    Ok(Findings { grid_run, entropy, similarity, ablation, report: out })
+}
+
+/// The 6 × 12 grid of one run's heads, one panel per head, titled `layer.head`.
+fn head_grid(r: &Run, title: &str) -> HeatmapGrid {
+    let mut grid = HeatmapGrid::new().title(title);
+    for (l, layer) in r.weights.iter().enumerate() {
+        for (h, w) in layer.outer_iter().enumerate() {
+            grid = grid.panel(Panel::new(&w.mapv(f64::from)).title(head_name(l, h)));
+        }
+    }
+    grid.columns(r.weights[0].shape()[0]).range(ValueRange::Fixed(0.0, 1.0)).colorbar_label("attention weight")
+}
+
+/// The data of the interactive head view: every layer's heads for one run.
+fn head_view(id: &str, r: &Run, title: &str) -> Result<HeadView, Box<dyn Error>> {
+    let mut view = HeadView::new(id, &r.tokens.tokens, &r.tokens.tokens).title(title);
+    for (l, w) in r.weights.iter().enumerate() {
+        view = view.layer(&format!("layer {l}"), w.mapv(f64::from).view())?;
+    }
+    Ok(view)
+}
+
+/// Draws this chapter's figures and writes its report into `out_dir`; returns the files written.
+pub fn render_figures(out_dir: &Path) -> Result<Vec<PathBuf>, Box<dyn Error>> {
+    let encoder = SentenceEncoder::load(pretrained::minilm_dir())?;
+    let f = findings(&encoder)?;
+    let head_labels: Vec<String> = (0..f.entropy.ncols()).map(|h| h.to_string()).collect();
+    let layer_labels: Vec<String> = (0..f.entropy.nrows()).map(|l| l.to_string()).collect();
+
+    let grid = head_grid(&f.grid_run, &format!("\"{SENTENCE}\": every head (layer.head), rows = queries"))
+        .save(out_dir.join("ch13_heads.png"))?;
+    let entropy = Heatmap::new(&f.entropy)
+        .row_labels(&layer_labels)
+        .col_labels(&head_labels)
+        .title("Mean entropy of each head's rows (nats)")
+        .row_title("layer")
+        .col_title("head")
+        .colorbar_label("entropy (nats)")
+        .precision(2)
+        .save(out_dir.join("ch13_entropy.png"))?;
+    let short: Vec<String> = SIMILAR.iter().map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" ") + "…").collect();
+    let similarity = Heatmap::new(&f.similarity)
+        .labels(&short)
+        .title("Cosine similarity of sentence embeddings")
+        .colorbar_label("cosine similarity")
+        .precision(2)
+        .save(out_dir.join("ch13_similarity.png"))?;
+    let ablation = Heatmap::new(&f.ablation)
+        .row_labels(&layer_labels)
+        .col_labels(&head_labels)
+        .title("Largest change of a pair's similarity with the head removed")
+        .row_title("layer")
+        .col_title("head")
+        .colorbar_label("|Δ cosine|")
+        .precision(3)
+        .save(out_dir.join("ch13_ablation.png"))?;
+    let view = out_dir.join("ch13_head_view.js");
+    head_view("ch13", &f.grid_run, SENTENCE)?.write_data_script(&view)?;
+
+    let text = out_dir.join("ch13_output.txt");
+    std::fs::write(&text, &f.report)?;
+    Ok(vec![grid, entropy, similarity, ablation, view, text])
+}
+
+/// What `--help` says this example does.
+const ABOUT: &str = "\
+    Chapter 13, Inside a real model: all-MiniLM-L6-v2 run through the book's own layers.\n\n\
+    With no sentence: prints the numbers the chapter quotes (the same text goes to \
+    ch13_output.txt) and draws ch13_heads.png, ch13_entropy.png, ch13_similarity.png, \
+    ch13_ablation.png and ch13_head_view.js into book/img/ (or --out-dir).\n\
+    With a sentence: prints its tokens and draws the grid of its 72 heads (--out), and with \
+    --view an interactive page of them.";
+
+#[derive(clap::Parser, Debug)]
+struct Cli {
+    /// A sentence of your own: print its tokens and draw its heads (instead of the chapter's run)
+    #[arg(value_name = "SENTENCE")]
+    sentence: Option<String>,
+    /// Where the grid of your sentence's heads goes
+    #[arg(long, value_name = "FILE.png", default_value = "ch13_your_sentence.png", requires = "sentence")]
+    out: PathBuf,
+    /// Also write an interactive head view of your sentence: one offline HTML file
+    #[arg(long, value_name = "FILE.html", requires = "sentence")]
+    view: Option<PathBuf>,
+    /// Print the cosine similarity of two sentences' embeddings
+    #[arg(long, num_args = 2, value_names = ["A", "B"], conflicts_with_all = ["sentence", "time"])]
+    compare: Option<Vec<String>>,
+    /// Time the forward pass (median of 50 after 5 warm-up runs) of SENTENCE, or of a 16-token sentence
+    #[arg(long)]
+    time: bool,
+    /// Read another BERT-layout model directory (config.json, model.safetensors, tokenizer.json)
+    #[arg(long, value_name = "DIR")]
+    model: Option<PathBuf>,
+    /// The options every chapter example has.
+    #[command(flatten)]
+    output: common::Output,
+}
+
+/// Tokenizes `text`, saying on stderr when it was cut.
+fn tokens_of(encoder: &SentenceEncoder, text: &str) -> Result<Tokens, Box<dyn Error>> {
+    let tokens = encoder.tokenizer().encode(text)?;
+    if let Some(n) = tokens.truncated_from {
+        eprintln!(
+            "note: the text has {n} tokens; like sentence-transformers, the model reads only the first {} ([SEP] included)",
+            encoder.tokenizer().max_len()
+        );
+    }
+    Ok(tokens)
+}
+
+fn yours(encoder: &SentenceEncoder, cli: &Cli, text: &str) -> Result<(), Box<dyn Error>> {
+    tokens_of(encoder, text)?; // says so when the text is cut
+    let r = study::run(encoder, text)?;
+    println!("{} tokens: {}", r.tokens.ids.len(), r.tokens.tokens.join(" "));
+    println!("ids: {:?}", r.tokens.ids);
+    let grid = head_grid(&r, &format!("\"{}\": every head (layer.head)", shorten(text, 60))).save(&cli.out)?;
+    println!("wrote {}", grid.display());
+    if let Some(path) = &cli.view {
+        head_view("yours", &r, text)?.write_html(path)?;
+        println!("wrote {}", path.display());
+    }
+    Ok(())
+}
+
+fn shorten(text: &str, n: usize) -> String {
+    match text.char_indices().nth(n) {
+        Some((i, _)) => format!("{}…", &text[..i]),
+        None => text.to_string(),
+    }
+}
+
+fn time(encoder: &SentenceEncoder, text: &str) -> Result<(), Box<dyn Error>> {
+    let tokens = tokens_of(encoder, text)?;
+    let ids = [tokens.ids.as_slice()];
+    for _ in 0..5 {
+        encoder.bert().forward(&ids)?;
+    }
+    let mut times: Vec<f64> = (0..50)
+        .map(|_| {
+            let start = Instant::now();
+            encoder.bert().forward(&ids).map(|_| start.elapsed().as_secs_f64() * 1e3)
+        })
+        .collect::<Result<_, _>>()?;
+    times.sort_by(f64::total_cmp);
+    println!(
+        "forward pass of {} tokens: median {:.3} ms over 50 runs (5 warm-up), min {:.3} ms, one thread",
+        tokens.ids.len(),
+        times[25],
+        times[0]
+    );
+    Ok(())
+}
+
+fn main_with(cli: Cli) -> Result<(), Box<dyn Error>> {
+    let dir = cli.model.clone().unwrap_or_else(pretrained::minilm_dir);
+    if cli.model.is_none() && cli.sentence.is_none() && cli.compare.is_none() && !cli.time {
+        return common::render_into(&cli.output.dir()?, render_figures);
+    }
+    let encoder = SentenceEncoder::load(&dir)?;
+    if let Some(pair) = &cli.compare {
+        for text in pair {
+            tokens_of(&encoder, text)?;
+        }
+        let e = encoder.embed(&[&pair[0], &pair[1]])?;
+        println!("cosine similarity: {:.4}", cosine_similarity(&e.row(0), &e.row(1))?);
+        return Ok(());
+    }
+    if cli.time {
+        return time(&encoder, cli.sentence.as_deref().unwrap_or(TIME_SENTENCE));
+    }
+    match &cli.sentence {
+        Some(text) => yours(&encoder, &cli, text),
+        None => {
+            let r = study::run(&encoder, SENTENCE)?;
+            println!("{}: {} tokens: {}", dir.display(), r.tokens.ids.len(), r.tokens.tokens.join(" "));
+            Ok(())
+        }
+    }
+}
+
+fn main() -> ExitCode {
+    let cli: Cli = common::parse(env!("CARGO_CRATE_NAME"), ABOUT);
+    match main_with(cli) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
