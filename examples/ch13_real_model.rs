@@ -257,8 +257,9 @@ const ABOUT: &str = "\
     With a sentence: prints its tokens and draws the grid of its 72 heads (--out), and with \
     --view an interactive page of them.";
 
+/// The command line (`pub` for `tests/ch13_cli.rs`, which runs [`main_with`] in-process).
 #[derive(clap::Parser, Debug)]
-struct Cli {
+pub struct Cli {
     /// A sentence of your own: print its tokens and draw its heads (instead of the chapter's run)
     #[arg(value_name = "SENTENCE")]
     sentence: Option<String>,
@@ -337,7 +338,9 @@ fn time(encoder: &SentenceEncoder, text: &str) -> Result<(), Box<dyn Error>> {
     Ok(())
 }
 
-fn main_with(cli: Cli) -> Result<(), Box<dyn Error>> {
+/// Everything `main` does but print the error: the chapter's run, a sentence of your own,
+/// `--compare` or `--time`.
+pub fn main_with(cli: Cli) -> Result<(), Box<dyn Error>> {
     let dir = cli.model.clone().unwrap_or_else(pretrained::minilm_dir);
     if cli.model.is_none() && cli.sentence.is_none() && cli.compare.is_none() && !cli.time {
         return common::render_into(&cli.output.dir()?, render_figures);
