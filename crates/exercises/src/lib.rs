@@ -39,6 +39,7 @@ pub mod ch09;
 pub mod ch10;
 pub mod ch11;
 pub mod ch12;
+pub mod ch13;
 
 #[cfg(test)]
 mod attempts;
@@ -46,6 +47,7 @@ mod attempts;
 use std::fmt::Display;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
+use attention::projection::Linear;
 use ndarray::{Array2, ArrayRef, ArrayRef2, Dimension};
 
 /// Runs one call of a candidate answer, turning a panic into a message that names the call
@@ -65,21 +67,38 @@ fn call<T>(what: impl Display, f: impl FnOnce() -> T) -> Result<T, String> {
     })
 }
 
+/// What a candidate answer can return where [`refuses`] expects an error, in words.
+trait Answer {
+    /// A short description, e.g. `a matrix of shape [2, 3]`.
+    fn described(&self) -> String;
+}
+
+impl Answer for Array2<f64> {
+    fn described(&self) -> String {
+        format!("a matrix of shape {:?}", self.shape())
+    }
+}
+
+impl Answer for Linear<f32> {
+    fn described(&self) -> String {
+        format!("a Linear with W: ({}, {})", self.d_in(), self.d_out())
+    }
+}
+
 /// `Ok` if `f` (one call of a candidate answer, named by `what`) refuses its input with an
-/// error; a panic, or a matrix where the error should be, is a message saying `why` the input
+/// error; a panic, or a value where the error should be, is a message saying `why` the input
 /// must be refused.
-fn refuses<E>(
+fn refuses<T: Answer, E>(
     what: &str,
     why: &str,
-    f: impl FnOnce() -> Result<Array2<f64>, E>,
+    f: impl FnOnce() -> Result<T, E>,
 ) -> Result<(), String> {
     let result = call(what, f)
         .map_err(|panic| format!("{panic}; it should return an error ({why})"))?;
     match result {
-        Ok(got) => Err(format!(
-            "{what} returned a matrix of shape {:?} instead of an error ({why})",
-            got.shape()
-        )),
+        Ok(got) => {
+            Err(format!("{what} returned {} instead of an error ({why})", got.described()))
+        }
         Err(_) => Ok(()),
     }
 }

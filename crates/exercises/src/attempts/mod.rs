@@ -19,3 +19,4 @@ mod ch09;
 mod ch10;
 mod ch11;
 mod ch12;
+mod ch13;
