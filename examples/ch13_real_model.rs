@@ -330,10 +330,11 @@ fn time(encoder: &SentenceEncoder, text: &str) -> Result<(), Box<dyn Error>> {
         .collect::<Result<_, _>>()?;
     times.sort_by(f64::total_cmp);
     println!(
-        "forward pass of {} tokens: median {:.3} ms over 50 runs (5 warm-up), min {:.3} ms, one thread",
+        "forward pass of {} tokens: median {:.3} ms over 50 runs (5 warm-up), min {:.3} ms, {} threads",
         tokens.ids.len(),
         times[25],
-        times[0]
+        times[0],
+        rayon::current_num_threads()
     );
     Ok(())
 }

@@ -39,9 +39,9 @@ use crate::weights::Tensors;
 #[derive(Debug, Clone)]
 // ANCHOR: embeddings
 pub struct Embeddings {
-    words: EmbeddingTable<f32>,       // (vocab_size, d_model), chapter 1's table
+    words: EmbeddingTable<f32>, // (vocab_size, d_model), chapter 1's table
     positions: LearnedPositions<f32>, // (max_position_embeddings, d_model), chapter 9's
-    token_type: Array2<f32>,          // (type_vocab_size, d_model); BERT uses row 0 here
+    token_type: Array2<f32>,    // (type_vocab_size, d_model); BERT uses row 0 here
     norm: LayerNorm<f32>,
 }
 
@@ -73,7 +73,11 @@ impl Embeddings {
                 c.max_position_embeddings,
                 d,
             )?)?,
-            token_type: t.matrix("embeddings.token_type_embeddings.weight", c.type_vocab_size, d)?,
+            token_type: t.matrix(
+                "embeddings.token_type_embeddings.weight",
+                c.type_vocab_size,
+                d,
+            )?,
             norm: t.layer_norm("embeddings.LayerNorm", d, c.layer_norm_eps)?,
         })
     }

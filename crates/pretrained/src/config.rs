@@ -68,8 +68,9 @@ impl BertConfig {
         let path = dir.join("config.json");
         let text = std::fs::read_to_string(&path)
             .map_err(|source| PretrainedError::Io { path: path.clone(), source })?;
-        let config: BertConfig = serde_json::from_str(&text)
-            .map_err(|e| PretrainedError::Config { path: path.clone(), message: e.to_string() })?;
+        let config: BertConfig = serde_json::from_str(&text).map_err(|e| {
+            PretrainedError::Config { path: path.clone(), message: e.to_string() }
+        })?;
         config.check().map_err(|message| PretrainedError::Config { path, message })?;
         Ok(config)
     }
@@ -117,7 +118,10 @@ impl BertConfig {
             ));
         }
         if !(self.layer_norm_eps > 0.0 && self.layer_norm_eps.is_finite()) {
-            return Err(format!("layer_norm_eps is {}: it must be positive", self.layer_norm_eps));
+            return Err(format!(
+                "layer_norm_eps is {}: it must be positive",
+                self.layer_norm_eps
+            ));
         }
         Ok(())
     }
@@ -139,7 +143,9 @@ mod tests {
     #[test]
     fn refuses_what_it_cannot_run() {
         assert!(config_with("hidden_act", "\"gelu_new\"").contains("only \"gelu\""));
-        assert!(config_with("position_embedding_type", "\"relative_key\"").contains("absolute"));
+        assert!(
+            config_with("position_embedding_type", "\"relative_key\"").contains("absolute")
+        );
         assert!(config_with("num_attention_heads", "5").contains("does not divide"));
         assert!(config_with("num_hidden_layers", "0").contains("num_hidden_layers is 0"));
         assert!(config_with("layer_norm_eps", "0.0").contains("must be positive"));

@@ -119,7 +119,8 @@ impl SentenceEncoder {
     /// assert!(encoder.embed(&[""]).is_err());
     /// ```
     pub fn embed(&self, texts: &[&str]) -> Result<Array2<f32>> {
-        let tokens = texts.iter().map(|t| self.tokenizer.encode(t)).collect::<Result<Vec<_>>>()?;
+        let tokens =
+            texts.iter().map(|t| self.tokenizer.encode(t)).collect::<Result<Vec<_>>>()?;
         let batch: Vec<&[u32]> = tokens.iter().map(|t| t.ids.as_slice()).collect();
         let out = self.bert.forward(&batch)?;
         self.bert.sentence_embeddings(&out)

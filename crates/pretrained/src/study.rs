@@ -161,7 +161,12 @@ impl HeadWrites {
 /// assert!(study::head_writes(&encoder, &r, 6, 0).is_err());
 /// ```
 // ANCHOR: head_writes
-pub fn head_writes(encoder: &SentenceEncoder, r: &Run, layer: usize, head: usize) -> Result<HeadWrites> {
+pub fn head_writes(
+    encoder: &SentenceEncoder,
+    r: &Run,
+    layer: usize,
+    head: usize,
+) -> Result<HeadWrites> {
     let Some(encoder_layer) = encoder.bert().layers().get(layer) else {
         return Err(PretrainedError::Input(format!("layer {layer} does not exist")));
     };
@@ -211,7 +216,8 @@ pub fn similarities(e: &ArrayRef2<f32>) -> Result<Array2<f64>> {
 /// ```
 // ANCHOR: ablation
 pub fn ablation(encoder: &SentenceEncoder, texts: &[&str]) -> Result<Array2<f64>> {
-    let tokens = texts.iter().map(|t| encoder.tokenizer().encode(t)).collect::<Result<Vec<_>>>()?;
+    let tokens =
+        texts.iter().map(|t| encoder.tokenizer().encode(t)).collect::<Result<Vec<_>>>()?;
     let batch: Vec<&[u32]> = tokens.iter().map(|t| t.ids.as_slice()).collect();
     let bert = encoder.bert();
     let full = similarities(&bert.sentence_embeddings(&bert.forward(&batch)?)?)?;
@@ -248,8 +254,12 @@ fn shape_of(runs: &[Run]) -> Result<(usize, usize)> {
         return Err(PretrainedError::Input("no runs to measure".into()));
     };
     let shape = (first.weights.len(), first.weights.first().map_or(0, |w| w.shape()[0]));
-    if runs.iter().any(|r| r.weights.len() != shape.0 || r.weights.iter().any(|w| w.shape()[0] != shape.1)) {
-        return Err(PretrainedError::Input("the runs come from models of different shapes".into()));
+    if runs.iter().any(|r| {
+        r.weights.len() != shape.0 || r.weights.iter().any(|w| w.shape()[0] != shape.1)
+    }) {
+        return Err(PretrainedError::Input(
+            "the runs come from models of different shapes".into(),
+        ));
     }
     Ok(shape)
 }

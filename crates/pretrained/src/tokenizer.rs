@@ -76,16 +76,19 @@ impl Tokenizer {
     /// ```
     pub fn from_dir(dir: &Path) -> Result<Self> {
         let config = BertConfig::from_dir(dir)?;
-        let max_len = match read_json::<SentenceBertConfig>(&dir.join("sentence_bert_config.json"))? {
-            Some(st) => st.max_seq_length.min(config.max_position_embeddings),
-            None => config.max_position_embeddings,
-        };
+        let max_len =
+            match read_json::<SentenceBertConfig>(&dir.join("sentence_bert_config.json"))? {
+                Some(st) => st.max_seq_length.min(config.max_position_embeddings),
+                None => config.max_position_embeddings,
+            };
         let path = dir.join("tokenizer.json");
-        let error = |message: String| PretrainedError::Tokenizer { path: path.clone(), message };
+        let error =
+            |message: String| PretrainedError::Tokenizer { path: path.clone(), message };
         if !path.is_file() {
             return Err(error("no such file".into()));
         }
-        let mut whole = tokenizers::Tokenizer::from_file(&path).map_err(|e| error(e.to_string()))?;
+        let mut whole =
+            tokenizers::Tokenizer::from_file(&path).map_err(|e| error(e.to_string()))?;
         whole.with_padding(None);
         whole.with_truncation(None).map_err(|e| error(e.to_string()))?;
         let mut truncating = whole.clone();

@@ -24,7 +24,8 @@ use crate::error::{PretrainedError, Result};
 /// (`0, 1, …, max_position_embeddings − 1`, an `I64` buffer that PyTorch saves with the
 /// model) and the pooler, a layer trained for BERT's next-sentence task that sentence
 /// embeddings do not use.
-const UNUSED: [&str; 3] = ["embeddings.position_ids", "pooler.dense.weight", "pooler.dense.bias"];
+const UNUSED: [&str; 3] =
+    ["embeddings.position_ids", "pooler.dense.weight", "pooler.dense.bias"];
 
 /// The tensors of one safetensors file, read one by one with checks.
 ///
@@ -104,9 +105,18 @@ impl<'a> Tensors<'a> {
         }
         let bytes = view.data();
         let values: Vec<f32> = match view.dtype() {
-            Dtype::F32 => bytes.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect(),
-            Dtype::F16 => bytes.chunks_exact(2).map(|b| f16::from_le_bytes([b[0], b[1]]).to_f32()).collect(),
-            Dtype::BF16 => bytes.chunks_exact(2).map(|b| bf16::from_le_bytes([b[0], b[1]]).to_f32()).collect(),
+            Dtype::F32 => bytes
+                .chunks_exact(4)
+                .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+                .collect(),
+            Dtype::F16 => bytes
+                .chunks_exact(2)
+                .map(|b| f16::from_le_bytes([b[0], b[1]]).to_f32())
+                .collect(),
+            Dtype::BF16 => bytes
+                .chunks_exact(2)
+                .map(|b| bf16::from_le_bytes([b[0], b[1]]).to_f32())
+                .collect(),
             other => {
                 return Err(PretrainedError::Dtype {
                     path,
@@ -117,7 +127,8 @@ impl<'a> Tensors<'a> {
             }
         };
         self.read.insert(full);
-        Ok(ArrayD::from_shape_vec(IxDyn(shape), values).expect("the header's shape fits its bytes"))
+        Ok(ArrayD::from_shape_vec(IxDyn(shape), values)
+            .expect("the header's shape fits its bytes"))
     }
     // ANCHOR_END: tensor
 
@@ -221,7 +232,9 @@ impl<'a> Tensors<'a> {
             let dtype = self.file.tensor(full).expect("a name from the header").dtype();
             let expected = if name == UNUSED[0] { Dtype::I64 } else { Dtype::F32 };
             let float = matches!(dtype, Dtype::F32 | Dtype::F16 | Dtype::BF16);
-            if (expected == Dtype::I64 && dtype != Dtype::I64) || (expected == Dtype::F32 && !float) {
+            if (expected == Dtype::I64 && dtype != Dtype::I64)
+                || (expected == Dtype::F32 && !float)
+            {
                 return Err(PretrainedError::Dtype {
                     path: self.path.to_path_buf(),
                     name: name.into(),

@@ -37,7 +37,8 @@ fn write_model(tensors: &Raw) -> tempfile::TempDir {
             (name.clone(), TensorView::new(*dtype, shape.clone(), data).unwrap())
         })
         .collect();
-    safetensors::serialize_to_file(views, None, &dir.path().join("model.safetensors")).unwrap();
+    safetensors::serialize_to_file(views, None, &dir.path().join("model.safetensors"))
+        .unwrap();
     dir
 }
 
@@ -66,7 +67,12 @@ fn a_missing_tensor_is_named() {
     t.remove("encoder.layer.1.output.dense.bias").unwrap();
     let (err, text) = load_error(&t);
     assert!(matches!(err, PretrainedError::MissingTensor { .. }));
-    assert!(text.ends_with("tensor encoder.layer.1.output.dense.bias is missing (expected shape [16])"), "{text}");
+    assert!(
+        text.ends_with(
+            "tensor encoder.layer.1.output.dense.bias is missing (expected shape [16])"
+        ),
+        "{text}"
+    );
 }
 
 #[test]
@@ -98,16 +104,27 @@ fn position_ids_must_be_integers() {
     let floats: Vec<u8> = (0..max).flat_map(|i| (i as f32).to_le_bytes()).collect();
     t.insert("embeddings.position_ids".into(), (Dtype::F32, vec![1, max], floats));
     let (_, text) = load_error(&t);
-    assert!(text.ends_with("tensor embeddings.position_ids has dtype F32 but I64 was expected"), "{text}");
+    assert!(
+        text.ends_with("tensor embeddings.position_ids has dtype F32 but I64 was expected"),
+        "{text}"
+    );
 }
 
 #[test]
 fn a_tensor_no_layer_reads_is_refused() {
     let mut t = tiny_tensors();
-    t.insert("cls.predictions.bias".into(), (Dtype::F32, vec![1], 0f32.to_le_bytes().to_vec()));
+    t.insert(
+        "cls.predictions.bias".into(),
+        (Dtype::F32, vec![1], 0f32.to_le_bytes().to_vec()),
+    );
     let (err, text) = load_error(&t);
     assert!(matches!(err, PretrainedError::UnexpectedTensor { .. }));
-    assert!(text.ends_with("tensor cls.predictions.bias is not part of a BERT encoder with this config"), "{text}");
+    assert!(
+        text.ends_with(
+            "tensor cls.predictions.bias is not part of a BERT encoder with this config"
+        ),
+        "{text}"
+    );
 }
 
 #[test]
@@ -139,14 +156,18 @@ fn a_missing_weights_file_is_named() {
     std::fs::remove_file(dir.path().join("model.safetensors")).unwrap();
     let err = Bert::load(dir.path()).unwrap_err();
     assert!(matches!(err, PretrainedError::Io { .. }));
-    assert!(err.to_string().starts_with(&dir.path().join("model.safetensors").display().to_string()));
+    assert!(
+        err.to_string()
+            .starts_with(&dir.path().join("model.safetensors").display().to_string())
+    );
 }
 
 /// A checkpoint of a model with a task head stores the encoder under `bert.`; the pooler,
 /// stored or not, is not read.
 #[test]
 fn the_bert_prefix_and_the_pooler_are_understood() {
-    let prefixed: Raw = tiny_tensors().into_iter().map(|(n, t)| (format!("bert.{n}"), t)).collect();
+    let prefixed: Raw =
+        tiny_tensors().into_iter().map(|(n, t)| (format!("bert.{n}"), t)).collect();
     let dir = write_model(&prefixed);
     let ids: &[u32] = &[2, 5, 3];
     let a = Bert::load(dir.path()).unwrap().forward(&[ids]).unwrap();

@@ -70,14 +70,17 @@ struct Reference {
 
 impl Reference {
     fn load(model: &str) -> Reference {
-        Reference { bytes: std::fs::read(fixtures(model).join("reference.safetensors")).unwrap() }
+        Reference {
+            bytes: std::fs::read(fixtures(model).join("reference.safetensors")).unwrap(),
+        }
     }
 
     fn get(&self, name: &str) -> ArrayD<f32> {
         let file = SafeTensors::deserialize(&self.bytes).unwrap();
         let t = file.tensor(name).unwrap_or_else(|_| panic!("no reference tensor {name}"));
         assert_eq!(t.dtype(), Dtype::F32, "{name}");
-        let values = t.data().chunks_exact(4).map(|b| f32::from_le_bytes(b.try_into().unwrap()));
+        let values =
+            t.data().chunks_exact(4).map(|b| f32::from_le_bytes(b.try_into().unwrap()));
         ArrayD::from_shape_vec(IxDyn(t.shape()), values.collect()).unwrap()
     }
 
@@ -85,7 +88,10 @@ impl Reference {
         let file = SafeTensors::deserialize(&self.bytes).unwrap();
         let t = file.tensor(name).unwrap();
         assert_eq!(t.dtype(), Dtype::I64, "{name}");
-        t.data().chunks_exact(8).map(|b| i64::from_le_bytes(b.try_into().unwrap()) as u32).collect()
+        t.data()
+            .chunks_exact(8)
+            .map(|b| i64::from_le_bytes(b.try_into().unwrap()) as u32)
+            .collect()
     }
 }
 
@@ -199,9 +205,13 @@ fn padded_batch_equals_one_at_a_time() {
     let encoder = SentenceEncoder::load(pretrained::minilm_dir()).unwrap();
     let cases = cases("minilm");
     let texts: Vec<&str> = cases.sentences.iter().map(String::as_str).collect();
-    let tokens: Vec<_> = texts.iter().map(|t| encoder.tokenizer().encode(t).unwrap()).collect();
+    let tokens: Vec<_> =
+        texts.iter().map(|t| encoder.tokenizer().encode(t).unwrap()).collect();
     let lengths: Vec<usize> = tokens.iter().map(|t| t.ids.len()).collect();
-    assert!(lengths.iter().min() < lengths.iter().max(), "the batch needs padding: {lengths:?}");
+    assert!(
+        lengths.iter().min() < lengths.iter().max(),
+        "the batch needs padding: {lengths:?}"
+    );
     let batch: Vec<&[u32]> = tokens.iter().map(|t| t.ids.as_slice()).collect();
     let together = encoder.bert().forward(&batch).unwrap();
     let embedded = encoder.bert().sentence_embeddings(&together).unwrap();
