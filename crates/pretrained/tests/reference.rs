@@ -162,18 +162,25 @@ fn tiny_bert_layers_match_transformers() {
     layers_match_transformers("tiny-bert");
 }
 
-#[test]
-fn minilm_embeddings_match_sentence_transformers() {
-    let encoder = SentenceEncoder::load(pretrained::minilm_dir()).unwrap();
-    let reference = Reference::load("minilm");
-    let cases = cases("minilm");
+/// The sentences' embeddings, computed as one padded batch, against the reference's (each
+/// sentence run alone there); returns the encoder, the reference and the cases for more checks.
+fn embeddings_match(model: &str) -> (SentenceEncoder, Reference, Cases) {
+    let encoder = SentenceEncoder::load(model_dir(model)).unwrap();
+    let reference = Reference::load(model);
+    let cases = cases(model);
     let texts: Vec<&str> = cases.sentences.iter().map(String::as_str).collect();
     let ours = encoder.embed(&texts).unwrap();
     for (i, row) in ours.outer_iter().enumerate() {
         let theirs = reference.get(&format!("s{i}.embedding")).into_dimensionality().unwrap();
         let c = cosine(&row.to_owned(), &theirs);
-        assert!(c >= EMBEDDING_COS, "sentence {i}: cosine {c}");
+        assert!(c >= EMBEDDING_COS, "{model}, sentence {i}: cosine {c}");
     }
+    (encoder, reference, cases)
+}
+
+#[test]
+fn minilm_embeddings_match_sentence_transformers() {
+    let (encoder, reference, cases) = embeddings_match("minilm");
     // The long text: cut at 256 tokens, as sentence-transformers cuts it.
     let long = cases.long_text.expect("minilm's cases have a long text");
     let tokens = encoder.tokenizer().encode(&long.text).unwrap();
@@ -185,18 +192,10 @@ fn minilm_embeddings_match_sentence_transformers() {
     assert!(c >= EMBEDDING_COS, "long text: cosine {c}");
 }
 
+/// tiny-bert's reference embeddings are mean pooling and L2 normalisation computed in torch.
 #[test]
 fn tiny_bert_embeddings_match_torch() {
-    let encoder = SentenceEncoder::load(model_dir("tiny-bert")).unwrap();
-    let reference = Reference::load("tiny-bert");
-    let cases = cases("tiny-bert");
-    let texts: Vec<&str> = cases.sentences.iter().map(String::as_str).collect();
-    let ours = encoder.embed(&texts).unwrap();
-    for (i, row) in ours.outer_iter().enumerate() {
-        let theirs = reference.get(&format!("s{i}.embedding")).into_dimensionality().unwrap();
-        let c = cosine(&row.to_owned(), &theirs);
-        assert!(c >= EMBEDDING_COS, "sentence {i}: cosine {c}");
-    }
+    embeddings_match("tiny-bert");
 }
 
 /// A padded batch gives every sentence the hidden states and embedding it has alone.
