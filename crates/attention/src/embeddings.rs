@@ -4,7 +4,8 @@
 //! rows of `X`. Row `i` of `X` is the embedding of the `i`-th token of the sentence, so a
 //! sentence of `L` tokens becomes an `(L, d_model)` matrix.
 //!
-//! Anchors: `vocabulary`, `embedding_lookup`, `the_cat_sat`, `random_matrix`. They sit below
+//! Anchors: `vocabulary`, `embedding_lookup`, `the_cat_sat`, `random_matrix`, `embedding_new`
+//! (chapter *Inside a real model*). They sit below
 //! the doc comments, so the book shows the code and the doctests stay here.
 
 use std::collections::HashMap;
@@ -191,6 +192,7 @@ impl<A: Float> EmbeddingTable<A> {
     /// assert!(EmbeddingTable::new(Array2::<f64>::zeros((3, 4))).is_ok());
     /// assert!(EmbeddingTable::new(Array2::<f64>::zeros((3, 0))).is_err());
     /// ```
+    // ANCHOR: embedding_new
     pub fn new(table: Array2<A>) -> Result<Self> {
         let (vocab_size, d_model) = table.dim();
         if vocab_size == 0 {
@@ -207,6 +209,7 @@ impl<A: Float> EmbeddingTable<A> {
         }
         Ok(EmbeddingTable { table })
     }
+    // ANCHOR_END: embedding_new
 
     /// A table of standard-normal entries drawn from `rng` (seed it for reproducible runs).
     ///

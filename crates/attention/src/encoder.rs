@@ -15,7 +15,7 @@
 //! `attention.output.LayerNorm` (LN₁), `intermediate.dense` (`W₁`), `output.dense` (`W₂`) and
 //! `output.LayerNorm` (LN₂); Hugging Face's `BertLayer` is the reference.
 //!
-//! Anchor (below the doc comments): `encoder_layer`.
+//! Anchors (below the doc comments): `encoder_layer`, `encoder_attention`.
 
 use ndarray::{Array3, Array4, ArrayRef3};
 
@@ -192,9 +192,11 @@ impl<A: Float> EncoderLayer<A> {
     /// let layer = EncoderLayer::new(attention, norm.clone(), ffn, norm).unwrap();
     /// assert_eq!((layer.attention().heads(), layer.d_model()), (2, 8));
     /// ```
+    // ANCHOR: encoder_attention
     pub fn attention(&self) -> &MultiHeadAttention<A> {
         &self.attention
     }
+    // ANCHOR_END: encoder_attention
 
     /// The layer norm after attention, LN₁.
     ///

@@ -237,9 +237,11 @@ impl<A: Float> Linear<A> {
     /// let x = Array3::from_shape_fn((2, 4, 3), |(b, i, j)| (b + i + j) as f64);
     /// assert_eq!(w.apply_batched(&x).unwrap(), x);
     /// ```
+    // ANCHOR: linear_nd
     pub fn apply_batched(&self, x: &ArrayRef3<A>) -> Result<Array3<A>> {
         self.apply_nd(x)
     }
+    // ANCHOR_END: linear_nd
 
     /// `x · W` (plus the bias, if any) for `x: (..., L, d_in)` with any number of leading
     /// axes: every token of every batch item is mapped alike, so the leading axes and `L` are
