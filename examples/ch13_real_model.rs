@@ -106,8 +106,8 @@ fn findings(encoder: &SentenceEncoder) -> Result<Findings, Box<dyn Error>> {
     let mut out = String::new();
     writeln!(
         out,
-        "all-MiniLM-L6-v2 (the committed f16 copy, computed in f32): {layers} layers × {heads} heads \
-         of {}, d_model = {}, d_ff = {}",
+        "all-MiniLM-L6-v2 (the committed f16 copy, computed in f32):\n  {layers} layers × {heads} \
+         heads of {}, d_model = {}, d_ff = {}",
         config.d_head(),
         config.hidden_size,
         config.intermediate_size
@@ -152,7 +152,7 @@ fn findings(encoder: &SentenceEncoder) -> Result<Findings, Box<dyn Error>> {
     )?;
     writeln!(
         out,
-        "  what the head writes into a token, over a word's value: median {:.3} (the other {} heads: {:.3})",
+        "  what it writes into a token, over a word's value: median {:.3} (the other {} heads: {:.3})",
         median(parked_writes),
         layers * heads - parked,
         median(other_writes)
@@ -228,6 +228,8 @@ pub fn render_figures(out_dir: &Path) -> Result<Vec<PathBuf>, Box<dyn Error>> {
     let similarity = Heatmap::new(&f.similarity)
         .labels(&short)
         .title("Cosine similarity of sentence embeddings")
+        .row_title("sentence")
+        .col_title("sentence")
         .colorbar_label("cosine similarity")
         .precision(2)
         .save(out_dir.join("ch13_similarity.png"))?;
