@@ -332,11 +332,14 @@ fn time(encoder: &SentenceEncoder, text: &str) -> Result<(), Box<dyn Error>> {
         .collect::<Result<_, _>>()?;
     times.sort_by(f64::total_cmp);
     println!(
-        "forward pass of {} tokens: median {:.3} ms over 50 runs (5 warm-up), min {:.3} ms, {} threads",
+        "forward pass of {} tokens: median {:.3} ms over 50 runs (5 warm-up), min {:.3} ms, {}",
         tokens.ids.len(),
         times[25],
         times[0],
-        rayon::current_num_threads()
+        match rayon::current_num_threads() {
+            1 => "1 thread".to_string(),
+            n => format!("{n} threads"),
+        }
     );
     Ok(())
 }
