@@ -243,3 +243,19 @@ fn reference_weights_are_distributions() {
         }
     }
 }
+
+/// The committed `tokenizer.json` pads every input to 128 tokens and cuts at 128 (what the
+/// chapter says); the crate's tokenizer does neither: a short text stays short, and a text of
+/// 200 tokens stays whole, as sentence-transformers keeps it.
+#[test]
+fn the_files_padding_and_truncation_at_128_are_switched_off() {
+    let path = pretrained::minilm_dir().join("tokenizer.json");
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    assert_eq!(json["padding"]["strategy"]["Fixed"], 128);
+    assert_eq!(json["truncation"]["max_length"], 128);
+    let tokenizer = Tokenizer::from_dir(&pretrained::minilm_dir()).unwrap();
+    assert_eq!(tokenizer.encode("Hello world").unwrap().ids.len(), 4);
+    let t = tokenizer.encode(&"word ".repeat(198)).unwrap();
+    assert_eq!((t.ids.len(), t.truncated_from), (200, None));
+}
