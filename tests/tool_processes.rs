@@ -32,7 +32,7 @@ use ndarray::{Array, Array2};
 use ndarray_npy::write_npy;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use support::{files, fixture, layer_args};
+use support::{files, fixture, layer_args, self_attention_args};
 use tempfile::TempDir;
 
 /// The environment variable that gives a child a hook between two outputs:
@@ -458,15 +458,14 @@ fn causal_to_three_outputs(dir: &TempDir) -> Vec<String> {
     args
 }
 
-/// Starts `attend` on the causal fixture writing out.npy, w.npy and w.png into `dir`, with
-/// the hook `pause:1` (it stops after out.npy is in place, before w.npy), and waits until it
-/// is there.
-fn paused_between_outputs(dir: &TempDir) -> std::process::Child {
+/// Starts the tool `name` on `args` with the hook `pause:AT` (it stops before output `at`,
+/// the outputs before it in place), its stdout and stderr piped, and waits until it is there.
+/// The hook's ready file lies next to `dir`, as `dir.ready`.
+fn spawn_paused(name: &str, args: &[String], at: usize, dir: &TempDir) -> std::process::Child {
     let ready = dir.path().with_extension("ready");
     let _ = std::fs::remove_file(&ready);
-    let args = causal_to_three_outputs(dir);
-    let child = tool("attend", &args.iter().map(String::as_str).collect::<Vec<_>>())
-        .env(HOOK, format!("pause:1:{}", ready.display()))
+    let child = tool(name, &args.iter().map(String::as_str).collect::<Vec<_>>())
+        .env(HOOK, format!("pause:{at}:{}", ready.display()))
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -475,12 +474,19 @@ fn paused_between_outputs(dir: &TempDir) -> std::process::Child {
     while !ready.exists() {
         assert!(
             start.elapsed() < Duration::from_secs(60),
-            "the child never reached its pause"
+            "{name}: the child never reached its pause before output {at}"
         );
         std::thread::sleep(Duration::from_millis(5));
     }
     std::fs::remove_file(&ready).unwrap();
     child
+}
+
+/// Starts `attend` on the causal fixture writing out.npy, w.npy and w.png into `dir`, with
+/// the hook `pause:1` (it stops after out.npy is in place, before w.npy), and waits until it
+/// is there.
+fn paused_between_outputs(dir: &TempDir) -> std::process::Child {
+    spawn_paused("attend", &causal_to_three_outputs(dir), 1, dir)
 }
 
 #[cfg(unix)]
@@ -620,20 +626,9 @@ fn a_hard_kill_leaves_each_output_old_or_whole() {
     write_npy(&x_path, &x).unwrap();
     let names = ["out.npy", "w.npy"];
     let (out, w) = (path_in(&dir, "out.npy"), path_in(&dir, "w.npy"));
-    let args = [
-        "--q",
-        &x_path,
-        "--k",
-        &x_path,
-        "--v",
-        &x_path,
-        "--mask",
-        "causal",
-        "--out",
-        &out,
-        "--weights",
-        &w,
-    ];
+    let mut args = self_attention_args(&x_path);
+    args.extend(["--mask", "causal", "--out", &out, "--weights", &w].map(String::from));
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let start = Instant::now();
     let new = reference(&args, &names, &dir);
     let full = start.elapsed();
@@ -730,19 +725,7 @@ fn gradients_exit_codes_and_rollback() {
     for (signal, name) in [(libc::SIGTERM, "SIGTERM"), (libc::SIGINT, "SIGINT")] {
         let mut old = old_outputs(&dir, &names);
         old.sort(); // as files() lists them
-        let ready = dir.path().with_extension("ready");
-        let child = tool("attend", &full.iter().map(String::as_str).collect::<Vec<_>>())
-            .env(HOOK, format!("pause:2:{}", ready.display()))
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let start = Instant::now();
-        while !ready.exists() {
-            assert!(start.elapsed() < Duration::from_secs(60), "the child never paused");
-            std::thread::sleep(Duration::from_millis(5));
-        }
-        std::fs::remove_file(&ready).unwrap();
+        let child = spawn_paused("attend", &full, 2, &dir);
         let now = files(dir.path());
         let dq_now = &now.iter().find(|(n, _)| n == "dq.npy").unwrap().1;
         assert_eq!(dq_now, &new[1], "{name}: dq.npy is in place when the signal comes");
@@ -796,19 +779,7 @@ fn an_interrupted_head_view_leaves_no_page() {
         let (out, page) = (path_in(&dir, "out.npy"), path_in(&dir, "view.html"));
         let mut args = layer_args("mha", case, "x_q.npy");
         args.extend(["--heads", "3", "--out", &out, "--view", &page].map(String::from));
-        let ready = dir.path().with_extension("ready");
-        let child = tool("multihead", &args.iter().map(String::as_str).collect::<Vec<_>>())
-            .env(HOOK, format!("pause:{at}:{}", ready.display()))
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let start = Instant::now();
-        while !ready.exists() {
-            assert!(start.elapsed() < Duration::from_secs(60), "the child never paused");
-            std::thread::sleep(Duration::from_millis(5));
-        }
-        std::fs::remove_file(&ready).unwrap();
+        let child = spawn_paused("multihead", &args, at, &dir);
         assert!(!Path::new(&page).exists(), "the page is not in place before its rename");
         assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGINT) }, 0);
         let result = child.wait_with_output().unwrap();

@@ -16,7 +16,7 @@ use std::path::Path;
 use ndarray::{Array, ArrayD, Dimension, IxDyn};
 use ndarray_npy::{read_npy, write_npy};
 use reader_tools::{Failure, attend, multihead};
-use support::{files, fixture, layer_args};
+use support::{files, fixture, layer_args, self_attention_args};
 use tempfile::TempDir;
 
 type Run = fn(Vec<OsString>) -> Result<String, Failure>;
@@ -463,11 +463,9 @@ fn attend_accepts_masks_that_broadcast_as_in_pytorch() {
     let run_with = |mask: &ArrayD<bool>| {
         let (mask_path, out) = (out_path(&dir, "m.npy"), out_path(&dir, "out.npy"));
         write_npy(&mask_path, mask).unwrap();
-        attend_run(&args(&[
-            "--q", &x_path, "--k", &x_path, "--v", &x_path, "--mask", &mask_path, "--out",
-            &out,
-        ]))
-        .map(|_| read_npy::<_, ArrayD<f64>>(&out).unwrap())
+        let mut list = self_attention_args(&x_path);
+        list.extend(args(&["--mask", &mask_path, "--out", &out]));
+        attend_run(&list).map(|_| read_npy::<_, ArrayD<f64>>(&out).unwrap())
     };
     for shape in [
         vec![2, 1, 5, 5],
@@ -1026,20 +1024,15 @@ fn attend_draws_the_weights_it_writes() {
     write_npy(&x_path, &x).unwrap();
     let labels: Vec<String> =
         (0..=reader_tools::MAX_LABELS).map(|i| format!("t{i}")).collect();
-    let list = args(&[
-        "--q",
-        &x_path,
-        "--k",
-        &x_path,
-        "--v",
-        &x_path,
+    let mut list = self_attention_args(&x_path);
+    list.extend(args(&[
         "--out",
         &out_path(&long, "o.npy"),
         "--png",
         &out_path(&long, "w.png"),
         "--labels",
         &labels.join(","),
-    ]);
+    ]));
     assert_fails(
         attend_run,
         &list,
@@ -1194,13 +1187,8 @@ fn tools_write_a_head_view_of_the_weights_they_computed() {
     write_npy(&x_path, &x).unwrap();
     let labels: Vec<String> = (0..l).map(|i| format!("w{i}")).collect();
     let page = out_path(&long, "long.HTM");
-    let list = args(&[
-        "--q",
-        &x_path,
-        "--k",
-        &x_path,
-        "--v",
-        &x_path,
+    let mut list = self_attention_args(&x_path);
+    list.extend(args(&[
         "--mask",
         "causal",
         "--out",
@@ -1209,7 +1197,7 @@ fn tools_write_a_head_view_of_the_weights_they_computed() {
         &page,
         "--labels",
         &labels.join(","),
-    ]);
+    ]));
     let summary = ok(attend_run(&list));
     assert!(summary.starts_with("attention (plain)"), "{summary}");
     let html = std::fs::read_to_string(&page).unwrap();
@@ -1294,18 +1282,8 @@ fn bad_head_view_paths_and_sizes_are_refused() {
     let x_path = out_path(&big, "x.npy");
     write_npy(&x_path, &x).unwrap();
     let page = out_path(&big, "big.html");
-    let list = args(&[
-        "--q",
-        &x_path,
-        "--k",
-        &x_path,
-        "--v",
-        &x_path,
-        "--out",
-        &out_path(&big, "o.npy"),
-        "--view",
-        &page,
-    ]);
+    let mut list = self_attention_args(&x_path);
+    list.extend(args(&["--out", &out_path(&big, "o.npy"), "--view", &page]));
     assert_fails(
         attend_run,
         &list,

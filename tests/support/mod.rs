@@ -37,3 +37,8 @@ pub fn files(dir: &Path) -> Vec<(String, Vec<u8>)> {
     all.sort();
     all
 }
+
+/// `--q X --k X --v X`: self-attention on the one file `x`.
+pub fn self_attention_args(x: &str) -> Vec<String> {
+    ["--q", x, "--k", x, "--v", x].map(String::from).to_vec()
+}

@@ -15,52 +15,9 @@
 // Options: --book DIR (default target/book/html), --chromium PATH (default $CHROMIUM or
 // /usr/bin/chromium), --out DIR (default target/browser-check).
 
-import { chromium } from "playwright-core";
-import { createServer } from "node:http";
-import { mkdtempSync, mkdirSync, readFileSync, readdirSync, rmSync, statSync } from "node:fs";
-import { tmpdir } from "node:os";
-import { dirname, extname, join, normalize, resolve, sep } from "node:path";
-import { fileURLToPath } from "node:url";
-
-const repo = resolve(dirname(fileURLToPath(import.meta.url)), "..", "..");
-
-function option(name, fallback) {
-  const i = process.argv.indexOf(name);
-  return i > 0 && i + 1 < process.argv.length ? process.argv[i + 1] : fallback;
-}
-const bookDir = resolve(repo, option("--book", "target/book/html"));
-const chromiumPath = option("--chromium", process.env.CHROMIUM || "/usr/bin/chromium");
-const outDir = resolve(repo, option("--out", "target/browser-check"));
-
-// ---------------------------------------------------------------------------------------------
-// A static file server on 127.0.0.1, on a free port.
-
-const TYPES = {
-  ".html": "text/html; charset=utf-8", ".js": "text/javascript", ".css": "text/css",
-  ".json": "application/json", ".png": "image/png", ".svg": "image/svg+xml",
-  ".woff": "font/woff", ".woff2": "font/woff2", ".ttf": "font/ttf", ".otf": "font/otf",
-  ".txt": "text/plain; charset=utf-8", ".toml": "text/plain; charset=utf-8",
-};
-
-function serve(root) {
-  const server = createServer((req, res) => {
-    const path = decodeURIComponent(new URL(req.url, "http://127.0.0.1").pathname);
-    let file = normalize(join(root, path));
-    if (file !== root && !file.startsWith(root + sep)) {
-      res.writeHead(403).end();
-      return;
-    }
-    try {
-      if (statSync(file).isDirectory()) file = join(file, "index.html");
-      const body = readFileSync(file);
-      res.writeHead(200, { "content-type": TYPES[extname(file)] || "application/octet-stream" });
-      res.end(body);
-    } catch {
-      res.writeHead(404).end();
-    }
-  });
-  return new Promise(done => server.listen(0, "127.0.0.1", () => done(server)));
-}
+import { mkdirSync, readdirSync } from "node:fs";
+import { join } from "node:path";
+import { bookDir, chromiumPath, launchOffline, outDir, serve } from "./common.mjs";
 
 // ---------------------------------------------------------------------------------------------
 // Answering a quiz the way a reader does: click, type, submit.
@@ -151,30 +108,9 @@ async function main() {
   mkdirSync(outDir, { recursive: true });
   const server = await serve(bookDir);
   const origin = `http://127.0.0.1:${server.address().port}`;
-  const profile = mkdtempSync(join(tmpdir(), "book-check-profile-"));
-  const context = await chromium.launchPersistentContext(profile, {
-    executablePath: chromiumPath,
-    headless: true,
-    viewport: { width: 1280, height: 900 },
-    args: [
-      "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-      "--disable-component-update", "--disable-sync", "--no-first-run",
-    ],
-  });
-
   // Every request any page makes: recorded, and aborted when it would leave the machine.
-  const offMachine = [];
-  let requests = 0;
-  await context.route("**/*", route => {
-    const url = new URL(route.request().url());
-    requests++;
-    const local = ["127.0.0.1", "localhost"].includes(url.hostname);
-    if (!local && !["data:", "blob:", "about:"].includes(url.protocol)) {
-      offMachine.push(route.request().url());
-      return route.abort();
-    }
-    return route.continue();
-  });
+  const { context, offMachine, requests, close } =
+    await launchOffline("book-check", { width: 1280, height: 900 });
 
   let failures = 0;
   console.log(`Chromium ${context.browser()?.version() ?? ""} (${chromiumPath}), book served at ${origin}`);
@@ -215,10 +151,9 @@ async function main() {
     failures += problems.length === 0 ? 0 : 1;
     await page.close();
   }
-  await context.close();
+  await close();
   server.close();
-  rmSync(profile, { recursive: true, force: true });
-  console.log(`\n${pages.length} pages, ${requests} requests, all to ${origin}` +
+  console.log(`\n${pages.length} pages, ${requests()} requests, all to ${origin}` +
     (offMachine.length ? ` except ${offMachine.length}` : "") + `; screenshots in ${outDir}`);
   if (failures > 0 || offMachine.length > 0) {
     console.log(`${failures} page(s) failed`);

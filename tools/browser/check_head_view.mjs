@@ -33,24 +33,13 @@
 // (default target/book/html), --chromium PATH (default $CHROMIUM or /usr/bin/chromium),
 // --out DIR (screenshots; default target/browser-check).
 
-import { chromium } from "playwright-core";
 import { execFileSync } from "node:child_process";
-import { createServer } from "node:http";
-import { copyFileSync, existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, statSync, writeFileSync } from "node:fs";
+import { copyFileSync, existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
-import { dirname, extname, join, normalize, resolve, sep } from "node:path";
-import { fileURLToPath, pathToFileURL } from "node:url";
+import { join } from "node:path";
+import { pathToFileURL } from "node:url";
+import { bookDir, chromiumPath, flag, launchOffline, outDir, repo, serve } from "./common.mjs";
 
-const repo = resolve(dirname(fileURLToPath(import.meta.url)), "..", "..");
-
-function option(name, fallback) {
-  const i = process.argv.indexOf(name);
-  return i > 0 && i + 1 < process.argv.length ? process.argv[i + 1] : fallback;
-}
-const flag = name => process.argv.includes(name);
-const bookDir = resolve(repo, option("--book", "target/book/html"));
-const chromiumPath = option("--chromium", process.env.CHROMIUM || "/usr/bin/chromium");
-const outDir = resolve(repo, option("--out", "target/browser-check"));
 const profile = flag("--debug") ? "debug" : "release";
 
 // ---------------------------------------------------------------------------------------------
@@ -152,35 +141,6 @@ function makePages(work) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// A static file server on 127.0.0.1, on a free port (as check_book.mjs).
-
-const TYPES = {
-  ".html": "text/html; charset=utf-8", ".js": "text/javascript", ".css": "text/css",
-  ".json": "application/json", ".png": "image/png", ".svg": "image/svg+xml",
-  ".woff": "font/woff", ".woff2": "font/woff2", ".ttf": "font/ttf", ".otf": "font/otf",
-};
-
-function serve(root) {
-  const server = createServer((req, res) => {
-    const path = decodeURIComponent(new URL(req.url, "http://127.0.0.1").pathname);
-    let file = normalize(join(root, path));
-    if (file !== root && !file.startsWith(root + sep)) {
-      res.writeHead(403).end();
-      return;
-    }
-    try {
-      if (statSync(file).isDirectory()) file = join(file, "index.html");
-      const body = readFileSync(file);
-      res.writeHead(200, { "content-type": TYPES[extname(file)] || "application/octet-stream" });
-      res.end(body);
-    } catch {
-      res.writeHead(404).end();
-    }
-  });
-  return new Promise(done => server.listen(0, "127.0.0.1", () => done(server)));
-}
-
-// ---------------------------------------------------------------------------------------------
 // Looking at a view.
 
 /** Everything that says what a view draws: its state, its counters, its canvas's pixels. */
@@ -214,17 +174,13 @@ class Checks {
   }
 }
 
-async function openPage(context, url, offMachine) {
+/** Opens `url` in a new page; `errors` collects its console errors and uncaught exceptions
+ * (requests off the machine are recorded by the guard `launchOffline` puts on every page). */
+async function openPage(context, url) {
   const page = await context.newPage();
   const errors = [];
   page.on("console", msg => { if (msg.type() === "error") errors.push(msg.text()); });
   page.on("pageerror", err => errors.push(`uncaught: ${err.message}`));
-  page.on("request", req => {
-    const u = new URL(req.url());
-    const local = u.protocol === "file:" || u.protocol === "data:" || u.protocol === "blob:" ||
-      ["127.0.0.1", "localhost"].includes(u.hostname);
-    if (!local) offMachine.push(req.url());
-  });
   page.on("requestfailed", req => errors.push(`request failed: ${req.url()}`));
   await page.goto(url, { waitUntil: "load" });
   await page.waitForTimeout(150);
@@ -386,24 +342,9 @@ async function main() {
   const { long, small, site } = makePages(work);
   const server = await serve(site);
   const origin = `http://127.0.0.1:${server.address().port}`;
-  const browserProfile = mkdtempSync(join(tmpdir(), "head-view-profile-"));
-  const context = await chromium.launchPersistentContext(browserProfile, {
-    executablePath: chromiumPath,
-    headless: true,
-    viewport: { width: 1100, height: 900 },
-    args: [
-      "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-      "--disable-component-update", "--disable-sync", "--no-first-run",
-    ],
-  });
-  const offMachine = [];
-  await context.route("**/*", route => {
-    const u = new URL(route.request().url());
-    if (!["127.0.0.1", "localhost"].includes(u.hostname) && !["data:", "blob:", "file:"].includes(u.protocol)) {
-      return route.abort();
-    }
-    return route.continue();
-  });
+  // Every request any page makes: recorded, and aborted when it would leave the machine.
+  const { context, offMachine, close } =
+    await launchOffline("head-view-check", { width: 1100, height: 900 });
   console.log(`Chromium ${context.browser()?.version() ?? ""} (${chromiumPath})`);
   const results = [];
 
@@ -411,7 +352,7 @@ async function main() {
   {
     const c = new Checks("long.html (multihead --view, 2 × 128 tokens, 4 heads, file://)");
     const before = offMachine.length;
-    const { page, errors } = await openPage(context, pathToFileURL(long).href, offMachine);
+    const { page, errors } = await openPage(context, pathToFileURL(long).href);
     const view = page.locator(".head-view").first();
     c.ok(await page.locator(".head-view.hv-rendered").count() === 1, "the view is drawn");
     await checkLabels(c, page, view, 2);
@@ -438,7 +379,7 @@ async function main() {
   {
     const c = new Checks("small.html (attend --view, one 8 × 8 matrix, file://)");
     const before = offMachine.length;
-    const { page, errors } = await openPage(context, pathToFileURL(small).href, offMachine);
+    const { page, errors } = await openPage(context, pathToFileURL(small).href);
     const view = page.locator(".head-view").first();
     c.ok(await page.locator(".head-view.hv-rendered").count() === 1, "the view is drawn");
     c.ok(await view.locator("select").count() === 0, "one matrix: no layer or head picker");
@@ -455,7 +396,7 @@ async function main() {
   {
     const c = new Checks("two-views.html (two views, <script src> data before and after the viewer, http)");
     const before = offMachine.length;
-    const { page, errors } = await openPage(context, `${origin}/two-views.html`, offMachine);
+    const { page, errors } = await openPage(context, `${origin}/two-views.html`);
     const one = page.locator(".head-view[data-head-view='one']");
     const two = page.locator(".head-view[data-head-view='two']");
     c.ok(await page.locator(".head-view.hv-rendered").count() === 2, "both views are drawn");
@@ -489,7 +430,7 @@ async function main() {
       await page0.goto(`${bookOrigin}/index.html`);
       await page0.evaluate(t => localStorage.setItem("mdbook-theme", t), theme);
       await page0.close();
-      const { page, errors } = await openPage(context, `${bookOrigin}/ch13-real-model.html`, offMachine);
+      const { page, errors } = await openPage(context, `${bookOrigin}/ch13-real-model.html`);
       const cls = await page.evaluate(() => document.documentElement.className);
       c.ok(cls.split(/\s+/).includes(theme), `the page is in theme ${theme} (html class "${cls}")`);
       const views = page.locator(".head-view[data-head-view]");
@@ -520,9 +461,8 @@ async function main() {
     book.close();
   }
 
-  await context.close();
+  await close();
   server.close();
-  rmSync(browserProfile, { recursive: true, force: true });
   rmSync(work, { recursive: true, force: true });
   let failed = 0;
   for (const c of results) {
