@@ -171,9 +171,9 @@ fn findings(encoder: &SentenceEncoder) -> Result<Findings, Box<dyn Error>> {
     let e = encoder.embed(&SIMILAR)?;
     let similarity = study::similarities(&e)?;
     writeln!(out, "\nCosine similarity of the sentence embeddings:")?;
-    for i in 0..SIMILAR.len() {
-        let row: Vec<String> = similarity.row(i).iter().map(|v| format!("{v:6.3}")).collect();
-        writeln!(out, "  {}  {}", row.join(" "), SIMILAR[i])?;
+    for (row, text) in similarity.outer_iter().zip(SIMILAR) {
+        let row: Vec<String> = row.iter().map(|v| format!("{v:6.3}")).collect();
+        writeln!(out, "  {}  {}", row.join(" "), text)?;
     }
     let ablation = study::ablation(encoder, &SIMILAR)?;
     let ((l, h), worst) = argmax(&ablation);
