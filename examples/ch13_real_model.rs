@@ -206,21 +206,22 @@ fn head_view(id: &str, r: &Run, title: &str) -> Result<HeadView, Box<dyn Error>>
     Ok(view)
 }
 
+/// A `(layers, heads)` table as a heatmap: layers down, heads across, both counted from 0.
+fn by_layer_and_head(table: &Array2<f64>) -> Heatmap {
+    let heads: Vec<String> = (0..table.ncols()).map(|h| h.to_string()).collect();
+    let layers: Vec<String> = (0..table.nrows()).map(|l| l.to_string()).collect();
+    Heatmap::new(table).row_labels(&layers).col_labels(&heads).row_title("layer").col_title("head")
+}
+
 /// Draws this chapter's figures and writes its report into `out_dir`; returns the files written.
 pub fn render_figures(out_dir: &Path) -> Result<Vec<PathBuf>, Box<dyn Error>> {
     let encoder = SentenceEncoder::load(pretrained::minilm_dir())?;
     let f = findings(&encoder)?;
-    let head_labels: Vec<String> = (0..f.entropy.ncols()).map(|h| h.to_string()).collect();
-    let layer_labels: Vec<String> = (0..f.entropy.nrows()).map(|l| l.to_string()).collect();
 
     let grid = head_grid(&f.grid_run, &format!("\"{SENTENCE}\": every head (layer.head), rows = queries"))
         .save(out_dir.join("ch13_heads.png"))?;
-    let entropy = Heatmap::new(&f.entropy)
-        .row_labels(&layer_labels)
-        .col_labels(&head_labels)
+    let entropy = by_layer_and_head(&f.entropy)
         .title("Mean entropy of each head's rows (nats)")
-        .row_title("layer")
-        .col_title("head")
         .colorbar_label("entropy (nats)")
         .precision(2)
         .save(out_dir.join("ch13_entropy.png"))?;
@@ -233,12 +234,8 @@ pub fn render_figures(out_dir: &Path) -> Result<Vec<PathBuf>, Box<dyn Error>> {
         .colorbar_label("cosine similarity")
         .precision(2)
         .save(out_dir.join("ch13_similarity.png"))?;
-    let ablation = Heatmap::new(&f.ablation)
-        .row_labels(&layer_labels)
-        .col_labels(&head_labels)
+    let ablation = by_layer_and_head(&f.ablation)
         .title("Largest change of a pair's similarity with the head removed")
-        .row_title("layer")
-        .col_title("head")
         .colorbar_label("|Δ cosine|")
         .precision(3)
         .save(out_dir.join("ch13_ablation.png"))?;
