@@ -609,34 +609,9 @@ fn sweep(positions: &[usize], runs: usize) -> Result<Vec<Timing>, Box<dyn Error>
     Ok(rows)
 }
 
-/// This machine: the CPU's model name (from `/proc/cpuinfo`) and the SIMD features the GEMM
-/// (matrixmultiply) can pick at run time.
-fn machine() -> (String, String) {
-    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
-    let model = cpuinfo
-        .lines()
-        .find_map(|l| {
-            l.strip_prefix("model name")
-                .and_then(|r| r.split_once(':'))
-                .map(|(_, m)| m.trim().to_string())
-        })
-        .unwrap_or_else(|| "unknown".into());
-    let cpus = cpuinfo.lines().filter(|l| l.starts_with("processor")).count();
-    let mut features = Vec::new();
-    #[cfg(target_arch = "x86_64")]
-    for (name, on) in [
-        ("avx2", std::arch::is_x86_feature_detected!("avx2")),
-        ("fma", std::arch::is_x86_feature_detected!("fma")),
-        ("avx512f", std::arch::is_x86_feature_detected!("avx512f")),
-    ] {
-        features.push(format!("{name} {}", if on { "yes" } else { "no" }));
-    }
-    (format!("{model} ({cpus} logical CPUs)"), features.join(", "))
-}
-
 /// The measurement in the committed file's format.
 fn csv(rows: &[Timing], runs: usize) -> String {
-    let (cpu, features) = machine();
+    let (cpu, features) = timing::machine();
     let d_head = COST_D_MODEL / COST_HEADS;
     let mut out = String::new();
     out += &format!(

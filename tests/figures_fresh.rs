@@ -84,6 +84,7 @@ chapters! {
     ch11 => "../examples/ch11_gradients.rs",
     ch12 => "../examples/ch12_learning.rs",
     ch13 => "../examples/ch13_real_model.rs",
+    ch14 => "../examples/ch14_gpu.rs",
 }
 
 #[path = "../examples/common/mod.rs"]

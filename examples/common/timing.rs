@@ -21,3 +21,29 @@ pub fn median_ms<T>(runs: usize, mut f: impl FnMut() -> T) -> f64 {
     let mid = times.len() / 2;
     if times.len() % 2 == 1 { times[mid] } else { (times[mid - 1] + times[mid]) / 2.0 }
 }
+
+/// This machine: the CPU's model name (from `/proc/cpuinfo`) and the SIMD features the GEMM
+/// (matrixmultiply) can pick at run time.
+#[allow(dead_code)] // not every timing example names the machine
+pub fn machine() -> (String, String) {
+    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let model = cpuinfo
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("model name")
+                .and_then(|r| r.split_once(':'))
+                .map(|(_, m)| m.trim().to_string())
+        })
+        .unwrap_or_else(|| "unknown".into());
+    let cpus = cpuinfo.lines().filter(|l| l.starts_with("processor")).count();
+    let mut features = Vec::new();
+    #[cfg(target_arch = "x86_64")]
+    for (name, on) in [
+        ("avx2", std::arch::is_x86_feature_detected!("avx2")),
+        ("fma", std::arch::is_x86_feature_detected!("fma")),
+        ("avx512f", std::arch::is_x86_feature_detected!("avx512f")),
+    ] {
+        features.push(format!("{name} {}", if on { "yes" } else { "no" }));
+    }
+    (format!("{model} ({cpus} logical CPUs)"), features.join(", "))
+}

@@ -11,13 +11,14 @@ use attention::tiled::{Masking, Tiles, tiled_sdpa_batched};
 use attention::tiled_grad::{tiled_sdpa_backward, tiled_sdpa_with_lse};
 use clap::error::ErrorKind;
 use clap::{Parser, ValueEnum};
+use gpu::{Gpu, GpuError, Kernel};
 use ndarray::{ArrayD, Axis, IxDyn};
 use ndarray_npy::WritableElement;
 
 use super::outputs::{Named, Outputs, check_distinct};
 use super::{
-    Failure, MaskArg, Picture, Tensor, View, Written, after_help, at_least_one, drawing,
-    explain, load_bool, same_dtype, shape_text, usage, wrote,
+    Failure, MaskArg, Picture, Tensor, View, Written, after_help, at_least_one, drawing, explain,
+    load_bool, same_dtype, shape_text, usage, wrote,
 };
 
 #[path = "../common/timing.rs"]
@@ -82,7 +83,7 @@ pub struct Cli {
     pub dv: Option<PathBuf>,
     /// How to compute (the backward too, with --grad-out). Default: plain when the weights are
     /// asked for or a matrix has fewer than 256 × 256 scores, else tiled (RAYON_NUM_THREADS=N
-    /// limits its threads)
+    /// limits its threads); gpu only when asked for
     #[arg(long = "impl", value_name = "IMPL", value_enum)]
     pub implementation: Option<Impl>,
     /// Time the computation alone (forward + backward with --grad-out): one warm-up, then N
@@ -100,6 +101,9 @@ pub enum Impl {
     /// tiled_sdpa_batched (and FlashAttention-2's tiled_sdpa_backward): never forms the
     /// L_q × L_k matrix, runs on every core
     Tiled,
+    /// chapter 14's tiled WGSL kernel on the machine's Vulkan adapter (a GPU, or Mesa's
+    /// software one): float32 only, the output only (no weights, no gradients)
+    Gpu,
 }
 
 impl Impl {
@@ -118,6 +122,7 @@ impl Impl {
         match self {
             Impl::Plain => "plain",
             Impl::Tiled => "tiled",
+            Impl::Gpu => "gpu",
         }
     }
 }
@@ -137,11 +142,23 @@ pub fn run(args: Vec<OsString>) -> Result<String, Failure> {
             ),
         ));
     }
-    if cli.implementation == Some(Impl::Tiled) && cli.written.wants_weights() {
+    for chosen in [Impl::Tiled, Impl::Gpu] {
+        if cli.implementation == Some(chosen) && cli.written.wants_weights() {
+            return Err(usage::<Cli>(
+                ErrorKind::ArgumentConflict,
+                format!(
+                    "--impl {} never forms the weights: drop --weights, --png and --view, or \
+                     use --impl plain",
+                    chosen.name()
+                ),
+            ));
+        }
+    }
+    if cli.implementation == Some(Impl::Gpu) && cli.grad_out.is_some() {
         return Err(usage::<Cli>(
             ErrorKind::ArgumentConflict,
-            "--impl tiled never forms the weights: drop --weights, --png and --view, or use \
-             --impl plain",
+            "--impl gpu computes the forward pass only: drop --grad-out, or use --impl tiled \
+             or --impl plain for the gradients",
         ));
     }
     if let (Some(d_o), None, None, None) = (&cli.grad_out, &cli.dq, &cli.dk, &cli.dv) {
@@ -180,6 +197,15 @@ pub fn run(args: Vec<OsString>) -> Result<String, Failure> {
         }
     }
     use Tensor::{F32, F64};
+    if cli.implementation == Some(Impl::Gpu)
+        && let F64(_) = q
+    {
+        return Err(Failure::Data(format!(
+            "{}: is float64, but --impl gpu computes in float32 (WGSL has no float64): save \
+             Q, K and V as float32, or use --impl tiled or --impl plain",
+            cli.q.display()
+        )));
+    }
     match (q, k, v, d_o) {
         (F32(q), F32(k), F32(v), None) => attend(&cli, q, k, v, None),
         (F32(q), F32(k), F32(v), Some(F32(d_o))) => attend(&cli, q, k, v, Some(d_o)),
@@ -235,7 +261,41 @@ struct Forward<A> {
     lse: Option<ArrayD<A>>,
 }
 
-fn attend<A: Float + WritableElement>(
+/// The element types `--impl gpu` takes: `f32`, since WGSL has no `f64`.
+trait OnGpu: Sized {
+    /// The output of the tiled kernel on `gpu`, or why this type cannot go there.
+    fn on_gpu(
+        gpu: &Gpu,
+        qkv: [&ArrayD<Self>; 3],
+        masking: Masking,
+    ) -> Result<ArrayD<Self>, GpuError>;
+}
+
+impl OnGpu for f32 {
+    fn on_gpu(
+        gpu: &Gpu,
+        [q, k, v]: [&ArrayD<f32>; 3],
+        masking: Masking,
+    ) -> Result<ArrayD<f32>, GpuError> {
+        gpu.attend(q, k, v, masking, Kernel::Tiled)
+    }
+}
+
+impl OnGpu for f64 {
+    fn on_gpu(_: &Gpu, _: [&ArrayD<f64>; 3], _: Masking) -> Result<ArrayD<f64>, GpuError> {
+        unreachable!("run refuses float64 inputs with --impl gpu")
+    }
+}
+
+/// A GPU error as the tool reports it: a shape error names the files, as on the CPU paths.
+fn gpu_failure(error: GpuError, files: &[(&str, &Path)]) -> Failure {
+    match error {
+        GpuError::Shape(e) => explain(&e, files),
+        other => Failure::Data(format!("--impl gpu: {other}")),
+    }
+}
+
+fn attend<A: Float + WritableElement + OnGpu>(
     cli: &Cli,
     q: ArrayD<A>,
     k: ArrayD<A>,
@@ -276,18 +336,29 @@ fn attend<A: Float + WritableElement>(
         (_, Some(mask)) => Masking::Mask(mask),
         (_, None) => Masking::All,
     };
+    // The device is made once, before anything is timed.
+    let gpu = match implementation {
+        Impl::Gpu => Some(Gpu::new().map_err(|e| gpu_failure(e, &files))?),
+        _ => None,
+    };
     // The computation alone, without file I/O: what --bench times (the backward too when
     // gradients are asked for).
-    let forward = || match implementation {
-        Impl::Plain => sdpa_batched(&q, &k, &v, mask.as_ref()).map(|att| Forward {
-            output: att.output,
-            weights: Some(att.weights),
-            lse: None,
-        }),
-        Impl::Tiled if d_o.is_some() => tiled_sdpa_with_lse(&q, &k, &v, masking, Tiles::default())
-            .map(|(output, lse)| Forward { output, weights: None, lse: Some(lse) }),
-        Impl::Tiled => tiled_sdpa_batched(&q, &k, &v, masking, Tiles::default())
-            .map(|output| Forward { output, weights: None, lse: None }),
+    let forward = || match (implementation, &gpu) {
+        (Impl::Plain, _) => sdpa_batched(&q, &k, &v, mask.as_ref())
+            .map(|att| Forward { output: att.output, weights: Some(att.weights), lse: None })
+            .map_err(|e| explain(&e, &files)),
+        (Impl::Tiled, _) if d_o.is_some() => {
+            tiled_sdpa_with_lse(&q, &k, &v, masking, Tiles::default())
+                .map(|(output, lse)| Forward { output, weights: None, lse: Some(lse) })
+                .map_err(|e| explain(&e, &files))
+        }
+        (Impl::Tiled, _) => tiled_sdpa_batched(&q, &k, &v, masking, Tiles::default())
+            .map(|output| Forward { output, weights: None, lse: None })
+            .map_err(|e| explain(&e, &files)),
+        (Impl::Gpu, Some(gpu)) => A::on_gpu(gpu, [&q, &k, &v], masking)
+            .map(|output| Forward { output, weights: None, lse: None })
+            .map_err(|e| gpu_failure(e, &files)),
+        (Impl::Gpu, None) => unreachable!("the device was made above"),
     };
     let backward = |forward: &Forward<A>, d_o: &ArrayD<A>| match forward {
         Forward { weights: Some(weights), .. } => sdpa_backward(&q, &k, &v, weights, d_o),
@@ -296,7 +367,7 @@ fn attend<A: Float + WritableElement>(
         }
         _ => unreachable!("the tiled forward keeps the log-sum-exp when dO is given"),
     };
-    let done = forward().map_err(|e| explain(&e, &files))?;
+    let done = forward()?;
     let grads: Option<SdpaGrads<A, IxDyn>> = match &d_o {
         None => None,
         Some(d_o) => {
@@ -370,14 +441,19 @@ fn attend<A: Float + WritableElement>(
     }
     let paths = outputs.commit()?;
     let what = if grads.is_some() { " and its backward" } else { "" };
+    let on = gpu.as_ref().map_or(String::new(), |gpu| format!(" on {}", gpu.adapter_name()));
     let mut summary = format!(
-        "attention ({}){what} over {} with L_q = {l_q}, L_k = {l_k}: {}",
+        "attention ({}{on}){what} over {} with L_q = {l_q}, L_k = {l_k}: {}",
         implementation.name(),
         shape_text(q.shape()),
         wrote(&paths.into_iter().zip(written).collect::<Vec<_>>()),
     );
     if let (Some(runs), Some(ms)) = (cli.bench, median_ms) {
-        let timed = if grads.is_some() { " forward + backward" } else { "" };
+        let timed = match (&gpu, grads.is_some()) {
+            (Some(_), _) => " (upload, kernel and read-back)",
+            (None, true) => " forward + backward",
+            (None, false) => "",
+        };
         summary += &format!(
             "\n{}{timed} median of {runs} runs after one warm-up, without file I/O:\n\
              median_ms={ms:.3}",

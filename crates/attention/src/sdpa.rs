@@ -112,6 +112,26 @@ pub fn single_query<A: Float>(
 }
 // ANCHOR_END: single_query
 
+/// The sizes `(L_q, L_k, d_k, d_v)` of an attention problem given the shapes of
+/// `q: (..., L_q, d_k)`, `k: (..., L_k, d_k)` and `v: (..., L_k, d_v)`, after the checks every
+/// attention function makes: the same leading axes, matching `d_k` and `L_k`, nothing empty.
+/// For code outside this crate that runs attention its own way (chapter 14's GPU kernels).
+///
+/// ```
+/// use attention::sdpa::check_shapes;
+///
+/// assert_eq!(check_shapes(&[2, 8, 5, 64], &[2, 8, 7, 64], &[2, 8, 7, 32]), Ok((5, 7, 64, 32)));
+/// let err = check_shapes(&[5, 64], &[7, 64], &[6, 32]).unwrap_err();
+/// assert_eq!(err.to_string(), "k has L_k = 7 but v has L_k = 6");
+/// ```
+pub fn check_shapes(
+    q: &[usize],
+    k: &[usize],
+    v: &[usize],
+) -> Result<(usize, usize, usize, usize)> {
+    check_qkv(q, k, v)
+}
+
 /// [`sdpa`] over leading axes: `q: (..., L_q, d_k)`, `k: (..., L_k, d_k)` and
 /// `v: (..., L_k, d_v)` share their leading (batch, head) axes, and the mask broadcasts to
 /// `(..., L_q, L_k)`. Each matrix of the stack is attended on its own.

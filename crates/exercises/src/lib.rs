@@ -40,6 +40,7 @@ pub mod ch10;
 pub mod ch11;
 pub mod ch12;
 pub mod ch13;
+pub mod ch14;
 
 #[cfg(test)]
 mod attempts;

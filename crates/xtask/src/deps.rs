@@ -13,13 +13,13 @@ use std::path::{Path, PathBuf};
 use crate::run::{Cmd, Result};
 
 /// Crates the book's snippets name with `extern crate`: each must appear exactly once.
-const SNIPPET_CRATES: [&str; 7] = ["attention", "figures", "ndarray", "ndarray_rand", "pretrained", "rand", "rand_distr"];
+const SNIPPET_CRATES: [&str; 8] = ["attention", "figures", "gpu", "ndarray", "ndarray_rand", "pretrained", "rand", "rand_distr"];
 
-/// Builds `attention`, `figures` and `pretrained` and fills `target/book-deps` with the libraries of that
+/// Builds `attention`, `figures`, `gpu` and `pretrained` and fills `target/book-deps` with the libraries of that
 /// build and nothing else. Returns the directory.
 pub fn build_link_dir(root: &Path) -> Result<PathBuf> {
     let messages = Cmd::new("cargo")
-        .args(["build", "--lib", "-p", "attention", "-p", "figures", "-p", "pretrained", "--message-format=json-render-diagnostics"])
+        .args(["build", "--lib", "-p", "attention", "-p", "figures", "-p", "gpu", "-p", "pretrained", "--message-format=json-render-diagnostics"])
         .cwd(root)
         .output()?;
     let libs = library_files(&messages)?;

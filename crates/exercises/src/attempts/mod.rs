@@ -20,3 +20,4 @@ mod ch10;
 mod ch11;
 mod ch12;
 mod ch13;
+mod ch14;

@@ -1,0 +1,217 @@
+//! Chapter 14 of *Attention, Step by Step*, *Attention on a GPU*: chapter 8's tiled attention
+//! as a WGSL compute shader, run through [`wgpu`] on any Vulkan device, including Mesa's
+//! software one ("lavapipe") on a plain CPU.
+//!
+//! [`Gpu`] holds the device; [`Gpu::attend`] runs one of two [`Kernel`]s on a stack of
+//! `(L_q, d_k)`, `(L_k, d_k)`, `(L_k, d_v)` matrices in `f32` and returns what
+//! [`attention::sdpa::sdpa_batched`] returns, within a rounding error. [`traffic`] counts what
+//! each kernel reads from global memory.
+//!
+//! The shaders are files of their own: `shaders/common.wgsl` (the bindings, the mask, writing a
+//! row), `shaders/naive.wgsl` and `shaders/tiled.wgsl`. Anchors (below the doc comments):
+//! `kernel` in this file; `new_device`, `dispatch` in `run.rs`; `traffic` in `traffic.rs`.
+
+#![warn(missing_docs)]
+
+mod error;
+mod run;
+pub mod traffic;
+
+pub use error::{GpuError, Result};
+pub use run::Timing;
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+/// The variable that makes a missing adapter an error in [`Gpu::optional`]: CI sets it, so that
+/// the GPU tests fail instead of skipping when its software Vulkan is missing.
+pub const REQUIRED_VAR: &str = "ATTENTION_GPU_REQUIRED";
+
+/// The widest head the kernels take (`MAX_D` in `shaders/common.wgsl`).
+pub const MAX_D: usize = 128;
+/// Queries per workgroup in the tiled kernel (`B_Q` in `shaders/tiled.wgsl`), and invocations
+/// per workgroup in both kernels.
+pub const B_Q: usize = 64;
+/// Keys per tile in the tiled kernel (`B_K` in `shaders/tiled.wgsl`).
+pub const B_K: usize = 32;
+/// The workgroup memory the tiled kernel's K and V tiles take: `2 · B_K · MAX_D` floats.
+pub const TILE_BYTES: u32 = (2 * B_K * MAX_D * 4) as u32;
+
+/// Which compute shader runs the attention.
+///
+/// ```
+/// use gpu::Kernel;
+///
+/// assert_eq!(Kernel::Tiled.name(), "tiled");
+/// assert_eq!(Kernel::ALL, [Kernel::Naive, Kernel::Tiled]);
+/// ```
+// ANCHOR: kernel
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Kernel {
+    /// One invocation per query, reading every key and value from global memory itself.
+    Naive,
+    /// Chapter 8's tiles: a workgroup per block of `B_Q` queries stages each tile of `B_K`
+    /// keys and values in workgroup memory, where all its invocations read them.
+    Tiled,
+}
+// ANCHOR_END: kernel
+
+impl Kernel {
+    /// Both kernels, naive first.
+    pub const ALL: [Kernel; 2] = [Kernel::Naive, Kernel::Tiled];
+
+    /// `"naive"` or `"tiled"`: the entry point's name in the shader.
+    ///
+    /// ```
+    /// assert_eq!(gpu::Kernel::Naive.name(), "naive");
+    /// ```
+    pub fn name(self) -> &'static str {
+        match self {
+            Kernel::Naive => "naive",
+            Kernel::Tiled => "tiled",
+        }
+    }
+
+    /// The WGSL source of the kernel: `common.wgsl` followed by its own file.
+    ///
+    /// ```
+    /// let source = gpu::Kernel::Tiled.source();
+    /// assert!(source.contains("var<workgroup> k_tile"));
+    /// assert!(!gpu::Kernel::Naive.source().contains("var<workgroup>"));
+    /// ```
+    pub fn source(self) -> String {
+        let own = match self {
+            Kernel::Naive => include_str!("../shaders/naive.wgsl"),
+            Kernel::Tiled => include_str!("../shaders/tiled.wgsl"),
+        };
+        format!("{}\n{own}", include_str!("../shaders/common.wgsl"))
+    }
+}
+
+/// A GPU device with the two kernels: made once, used for many calls.
+///
+/// ```
+/// # fn main() -> gpu::Result<()> {
+/// // `optional` returns None on a machine without any Vulkan adapter (unless
+/// // ATTENTION_GPU_REQUIRED is set); `Gpu::new` would return GpuError::NoAdapter.
+/// let Some(gpu) = gpu::Gpu::optional()? else { return Ok(()) };
+/// assert!(!gpu.adapter_name().is_empty());
+/// # Ok(())
+/// # }
+/// ```
+pub struct Gpu {
+    adapter: wgpu::AdapterInfo,
+    limits: wgpu::Limits,
+    device: wgpu::Device,
+    queue: wgpu::Queue,
+    timestamps: bool,
+    layout: wgpu::BindGroupLayout,
+    pipelines: Mutex<HashMap<(Kernel, usize, usize), wgpu::ComputePipeline>>,
+}
+
+impl std::fmt::Debug for Gpu {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Gpu").field("adapter", &self.adapter_name()).finish_non_exhaustive()
+    }
+}
+
+impl Gpu {
+    /// The adapter's name and driver, e.g. `"llvmpipe (LLVM 15.0.6, 256 bits) (Vulkan, Mesa
+    /// 22.3.6)"`: what every measured time should be quoted with.
+    ///
+    /// ```
+    /// # fn main() -> gpu::Result<()> {
+    /// let Some(gpu) = gpu::Gpu::optional()? else { return Ok(()) };
+    /// assert!(gpu.adapter_name().contains("Vulkan"));
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn adapter_name(&self) -> String {
+        let info = &self.adapter;
+        let driver = [info.driver.as_str(), info.driver_info.as_str()]
+            .into_iter()
+            .filter(|s| !s.is_empty())
+            .collect::<Vec<_>>()
+            .join(" ");
+        format!("{} ({:?}, {driver})", info.name, info.backend)
+    }
+
+    /// Whether the device can time a kernel by itself (timestamp queries): then
+    /// [`Timing::kernel_ms`] is `Some`.
+    ///
+    /// ```
+    /// # fn main() -> gpu::Result<()> {
+    /// let Some(gpu) = gpu::Gpu::optional()? else { return Ok(()) };
+    /// println!("timestamps: {}", gpu.has_timestamps());
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn has_timestamps(&self) -> bool {
+        self.timestamps
+    }
+
+    /// The device's limits, as granted (the adapter's own, all of them).
+    ///
+    /// ```
+    /// # fn main() -> gpu::Result<()> {
+    /// let Some(gpu) = gpu::Gpu::optional()? else { return Ok(()) };
+    /// assert!(gpu.limits().max_compute_workgroup_storage_size >= 16384);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn limits(&self) -> &wgpu::Limits {
+        &self.limits
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Kernel;
+    use wgpu::naga;
+
+    /// Parses and validates WGSL as wgpu does (naga), without a device.
+    fn compile(source: &str) -> Result<(), String> {
+        let module =
+            naga::front::wgsl::parse_str(source).map_err(|e| e.emit_to_string(source))?;
+        let flags = naga::valid::ValidationFlags::all();
+        naga::valid::Validator::new(flags, naga::valid::Capabilities::all())
+            .validate(&module)
+            .map(drop)
+            .map_err(|e| e.emit_to_string(source))
+    }
+
+    #[test]
+    fn both_kernels_compile() {
+        for kernel in Kernel::ALL {
+            assert_eq!(compile(&kernel.source()), Ok(()), "{}", kernel.name());
+        }
+    }
+
+    /// The chapter's claim: WGSL has no way to write −∞ (or any float beyond f32's range).
+    #[test]
+    fn negative_infinity_does_not_compile() {
+        let shader = |value: &str| {
+            format!("@compute @workgroup_size(1) fn main() {{ var m: f32 = {value}; }}")
+        };
+        assert_eq!(compile(&shader("-3.0e38")), Ok(()));
+        for value in ["-1.0 / 0.0", "-1e39"] {
+            let err = compile(&shader(value)).unwrap_err();
+            assert!(
+                err.contains("overflow") || err.contains("cannot represent"),
+                "{value}: {err}"
+            );
+        }
+    }
+
+    /// The chapter's pitfall: an invocation that leaves before a barrier breaks the tiled
+    /// kernel, and naga (wgpu 30) does not catch it, so only the reader's care does.
+    #[test]
+    fn naga_accepts_an_early_return_before_a_barrier() {
+        let source = Kernel::Tiled.source();
+        let rows = "let has_row = i < params.l_q;";
+        assert!(source.contains(rows));
+        let broken =
+            source.replacen(rows, &format!("{rows}\n    if !has_row {{ return; }}"), 1);
+        assert_eq!(compile(&broken), Ok(()));
+    }
+}

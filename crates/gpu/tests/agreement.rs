@@ -1,0 +1,235 @@
+//! Both kernels against the crate's plain path ([`sdpa_batched`]) on the machine's Vulkan
+//! adapter: shapes that are not multiples of the tiles, `L_q ≠ L_k`, causal and boolean masks,
+//! rows that see no key, batches and heads, the widest head, and the errors.
+//!
+//! A test binary of its own (`harness = false`): one device for every case, and one line
+//! saying why it skipped on a machine with no Vulkan at all (`ATTENTION_GPU_REQUIRED=1`, set in
+//! CI, turns that into a failure). Run it with `cargo test -p gpu --test agreement`.
+
+use attention::mask::Mask;
+use attention::sdpa::sdpa_batched;
+use attention::tiled::Masking;
+use gpu::{Gpu, GpuError, Kernel, REQUIRED_VAR};
+use ndarray::{Array, ArrayD, Axis, IxDyn};
+use rand::{Rng, SeedableRng, rngs::StdRng};
+
+/// The largest |GPU − plain| allowed on an output (both in `f32`). The outputs are weighted
+/// averages of values of size about 1 (3 in `large_scores`); the kernels sum in another order
+/// and use the GPU's `exp`. Measured on lavapipe: see the printed table.
+const TOLERANCE: f32 = 1e-5;
+
+fn random(shape: &[usize], scale: f32, rng: &mut StdRng) -> ArrayD<f32> {
+    Array::from_shape_simple_fn(IxDyn(shape), || scale * (rng.random::<f32>() * 2.0 - 1.0))
+}
+
+/// One problem: Q, K, V and how it is masked.
+struct Case {
+    name: &'static str,
+    q: ArrayD<f32>,
+    k: ArrayD<f32>,
+    v: ArrayD<f32>,
+    causal: bool,
+    mask: Option<Mask>,
+}
+
+impl Case {
+    fn new(
+        name: &'static str,
+        lead: &[usize],
+        (l_q, l_k): (usize, usize),
+        (d_k, d_v): (usize, usize),
+        seed: u64,
+    ) -> Case {
+        Case::scaled(name, lead, (l_q, l_k), (d_k, d_v), seed, 1.0)
+    }
+
+    fn scaled(
+        name: &'static str,
+        lead: &[usize],
+        (l_q, l_k): (usize, usize),
+        (d_k, d_v): (usize, usize),
+        seed: u64,
+        scale: f32,
+    ) -> Case {
+        let mut rng = StdRng::seed_from_u64(seed);
+        let shape = |rows, cols| [lead, &[rows, cols]].concat();
+        Case {
+            name,
+            q: random(&shape(l_q, d_k), scale, &mut rng),
+            k: random(&shape(l_k, d_k), scale, &mut rng),
+            v: random(&shape(l_k, d_v), 1.0, &mut rng),
+            causal: false,
+            mask: None,
+        }
+    }
+
+    fn causal(mut self) -> Case {
+        self.causal = true;
+        self
+    }
+
+    fn masked(mut self, mask: Mask) -> Case {
+        self.mask = Some(mask);
+        self
+    }
+
+    /// The plain path's output and the largest |GPU − plain| of each kernel.
+    fn run(&self, gpu: &Gpu) -> Result<[f32; 2], String> {
+        let (l_q, l_k) =
+            (self.q.shape()[self.q.ndim() - 2], self.k.shape()[self.k.ndim() - 2]);
+        let causal = Mask::causal_rect(l_q, l_k);
+        let mask = if self.causal { Some(&causal) } else { self.mask.as_ref() };
+        let plain =
+            sdpa_batched(&self.q, &self.k, &self.v, mask).map_err(|e| e.to_string())?;
+        let masking = match (self.causal, &self.mask) {
+            (true, _) => Masking::Causal,
+            (false, Some(mask)) => Masking::Mask(mask),
+            (false, None) => Masking::All,
+        };
+        let mut worst = [0.0; 2];
+        for (kernel, worst) in Kernel::ALL.into_iter().zip(&mut worst) {
+            let out = gpu
+                .attend(&self.q, &self.k, &self.v, masking, kernel)
+                .map_err(|e| e.to_string())?;
+            if out.shape() != plain.output.shape() {
+                return Err(format!(
+                    "{}: shape {:?} vs {:?}",
+                    kernel.name(),
+                    out.shape(),
+                    plain.output.shape()
+                ));
+            }
+            *worst = (&out - &plain.output).iter().fold(0.0f32, |m, d| m.max(d.abs()));
+            if !(*worst <= TOLERANCE) {
+                return Err(format!(
+                    "{}: |GPU − plain| = {worst:e} > {TOLERANCE:e}",
+                    kernel.name()
+                ));
+            }
+            // Rows that see no key are exactly zero, as in the plain path.
+            for (row, plain_row) in out.rows().into_iter().zip(plain.output.rows()) {
+                if plain_row.iter().all(|&x| x == 0.0) && row.iter().any(|&x| x != 0.0) {
+                    return Err(format!(
+                        "{}: a row that sees no key is not zero: {row}",
+                        kernel.name()
+                    ));
+                }
+            }
+        }
+        Ok(worst)
+    }
+}
+
+/// A random boolean mask of `shape` (`keep` = chance of true), with the rows listed in `blind`
+/// (of the last matrix) all false.
+fn random_mask(shape: &[usize], keep: f64, blind: &[usize], seed: u64) -> Mask {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let mut allowed = Array::from_shape_simple_fn(IxDyn(shape), || rng.random_bool(keep));
+    let n = allowed.ndim();
+    for &row in blind {
+        let mut last = allowed.view_mut();
+        while last.ndim() > 2 {
+            let len = last.len_of(Axis(0));
+            last = last.index_axis_move(Axis(0), len - 1);
+        }
+        last.index_axis_mut(Axis(0), row).fill(false);
+    }
+    assert_eq!(allowed.ndim(), n);
+    Mask::from_array(allowed).expect("a boolean array of at least two axes")
+}
+
+fn cases() -> Vec<Case> {
+    vec![
+        Case::new("37 × 53, not multiples of the tiles", &[], (37, 53), (8, 5), 1),
+        Case::new("one query, one key", &[], (1, 1), (4, 4), 2),
+        Case::new("batch 2 × 8 heads of 64, L = 300", &[2, 8], (300, 300), (64, 64), 3),
+        Case::new("causal, L = 300, d = 64", &[8], (300, 300), (64, 64), 4).causal(),
+        Case::new("causal, L_q = 100 > L_k = 70", &[2, 3], (100, 70), (16, 24), 5).causal(),
+        Case::new("causal, L_q = 70 < L_k = 130", &[3], (70, 130), (16, 8), 6).causal(),
+        Case::new("boolean (L_q, L_k) mask, blind rows", &[2, 3], (90, 77), (32, 16), 7)
+            .masked(random_mask(&[90, 77], 0.3, &[0, 45, 89], 70)),
+        Case::new("boolean (batch, 1, L_q, L_k) mask", &[2, 4], (65, 97), (16, 16), 8)
+            .masked(random_mask(&[2, 1, 65, 97], 0.1, &[64], 80)),
+        Case::new("every key masked", &[2], (10, 40), (8, 8), 9)
+            .masked(Mask::from_array(Array::from_elem(IxDyn(&[10, 40]), false)).unwrap()),
+        Case::new("heads of 128 (MAX_D), d_v = 1", &[2], (129, 200), (128, 1), 10),
+        Case::scaled("large scores (|q|, |k| up to 3)", &[4], (200, 200), (64, 64), 11, 3.0)
+            .causal(),
+    ]
+}
+
+/// Errors are errors, named: never a panic, never a wrong answer.
+fn errors(gpu: &Gpu) -> Result<(), String> {
+    let mut rng = StdRng::seed_from_u64(12);
+    let q = random(&[4, 129], 1.0, &mut rng);
+    let expect = |got: Result<ArrayD<f32>, GpuError>, want: &str| match got {
+        Err(e) if e.to_string() == want => Ok(()),
+        other => Err(format!("expected the error {want:?}, got {other:?}")),
+    };
+    for kernel in Kernel::ALL {
+        expect(
+            gpu.attend(&q, &q, &q, Masking::All, kernel),
+            "d_k = 129 but the GPU kernels take heads of at most 128 numbers",
+        )?;
+        let (q, k) = (random(&[5, 8], 1.0, &mut rng), random(&[6, 8], 1.0, &mut rng));
+        let v = random(&[7, 8], 1.0, &mut rng);
+        expect(
+            gpu.attend(&q, &k, &v, Masking::All, kernel),
+            "k has L_k = 6 but v has L_k = 7",
+        )?;
+        let mask = Mask::causal(5);
+        expect(
+            gpu.attend(&q, &k, &k, Masking::Mask(&mask), kernel),
+            "mask has shape [5, 5], which does not broadcast to the scores' shape [5, 6]",
+        )?;
+        let empty = random(&[0, 8], 1.0, &mut rng);
+        expect(
+            gpu.attend(&empty, &k, &k, Masking::All, kernel),
+            "q has L_q = 0: it must be at least 1",
+        )?;
+    }
+    Ok(())
+}
+
+fn main() -> std::process::ExitCode {
+    let gpu = match Gpu::optional() {
+        Ok(Some(gpu)) => gpu,
+        Ok(None) => {
+            println!(
+                "gpu agreement tests skipped: no Vulkan adapter on this machine (the GPU \
+                 chapter's README section says how to get Mesa's software one; set \
+                 {REQUIRED_VAR}=1 to make this a failure)"
+            );
+            return std::process::ExitCode::SUCCESS;
+        }
+        Err(e) => {
+            println!("gpu agreement tests FAILED: {e}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    println!("gpu agreement tests on {}", gpu.adapter_name());
+    println!("{:<44} {:>10} {:>10}", "case", "naive", "tiled");
+    let mut failed = 0;
+    for case in cases() {
+        match case.run(&gpu) {
+            Ok([naive, tiled]) => println!("{:<44} {naive:>10.2e} {tiled:>10.2e}", case.name),
+            Err(e) => {
+                failed += 1;
+                println!("{:<44} FAILED: {e}", case.name);
+            }
+        }
+    }
+    match errors(&gpu) {
+        Ok(()) => println!("{:<44} ok", "errors named, no panic"),
+        Err(e) => {
+            failed += 1;
+            println!("{:<44} FAILED: {e}", "errors named, no panic");
+        }
+    }
+    if failed > 0 {
+        println!("{failed} GPU case(s) failed (tolerance {TOLERANCE:e})");
+        return std::process::ExitCode::FAILURE;
+    }
+    println!("all GPU cases agree with the plain path within {TOLERANCE:e}");
+    std::process::ExitCode::SUCCESS
+}

@@ -1,0 +1,398 @@
+//! Chapter 14, *Attention on a GPU*: what the two kernels read, which workgroup computes which
+//! tile, and how long they take.
+//!
+//! ```text
+//! cargo run --release --example ch14_gpu [-- --out-dir DIR]
+//! cargo run --release --example ch14_gpu -- --time [--lengths 256,1024] [--runs N] [--threads N] [--save FILE]
+//! cargo run --release --example ch14_gpu -- --help
+//! ```
+//!
+//! The first form needs no GPU: it prints the numbers the chapter quotes (the same text goes to
+//! `ch14_output.txt`) and draws `ch14_workgroups.png` and `ch14_time_vs_l.png`. The second
+//! figure is drawn from a committed measurement, `examples/data/ch14_timings.csv`, so that the
+//! book's figures are the same on every machine.
+//!
+//! `--time` measures on this machine's Vulkan adapter (Mesa's software one runs on the CPU):
+//! for 8 heads of 64 in `f32`, no mask and causal, the naive and the tiled kernel (the kernel
+//! alone on the GPU's clock when the adapter has timestamp queries, and end to end with the
+//! upload and the read-back) and chapter 8's tiled path on the CPU, on `--threads` threads. It
+//! prints a table with the adapter's and the CPU's names; `--save FILE` also writes it in the
+//! committed file's format (`--save examples/data/ch14_timings.csv` replaces the book's).
+
+#[allow(dead_code)] // `run_chapter`: this example parses more options, with `common::parse`
+mod common;
+#[path = "common/timing.rs"]
+mod timing;
+
+use std::error::Error;
+use std::fmt::Write;
+use std::path::{Path, PathBuf};
+
+use attention::tiled::{Masking, Tiles, causal_tile_counts, tiled_sdpa_batched};
+use figures::{Axis, Heatmap, LineChart};
+use gpu::traffic::{standard, traffic};
+use gpu::{B_K, B_Q, Gpu, Kernel, MAX_D, TILE_BYTES};
+use ndarray::{Array2, Array4};
+use rand::{Rng, SeedableRng, rngs::StdRng};
+
+/// Heads and head width of the chapter's shapes (a 512-wide model with 8 heads).
+const HEADS: usize = 8;
+const D: usize = 64;
+/// The lengths the chapter quotes.
+const QUOTED: [usize; 2] = [1024, 4096];
+/// The lengths of the timing sweep.
+const LENGTHS: [usize; 5] = [256, 512, 1024, 2048, 4096];
+/// The picture of the grid: causal, `L = 512`.
+const PICTURE_L: usize = 512;
+/// WebGPU's default workgroup memory, in bytes.
+const WEBGPU_DEFAULT: usize = 16 * 1024;
+/// Seed of the random inputs of the timing sweep.
+const SEED: u64 = 14;
+const TIMINGS_CSV: &str = include_str!("data/ch14_timings.csv");
+const TIMINGS_PATH: &str = "examples/data/ch14_timings.csv";
+
+const ABOUT: &str = "Chapter 14, Attention on a GPU: prints what the naive and the tiled kernel read \
+    from global memory and draws which workgroup computes which tile (no GPU needed), and the \
+    committed measurement examples/data/ch14_timings.csv. With --time, measures both kernels on \
+    this machine's Vulkan adapter and chapter 8's tiled path on its CPU.";
+
+#[derive(clap::Parser, Debug)]
+struct Cli {
+    #[command(flatten)]
+    output: common::Output,
+    /// Measure on this machine instead of drawing the figures
+    #[arg(long)]
+    time: bool,
+    /// The sequence lengths to time (comma-separated)
+    #[arg(long, value_delimiter = ',', default_values_t = LENGTHS)]
+    lengths: Vec<usize>,
+    /// Runs per measurement, after one warm-up (the median is reported)
+    #[arg(long, default_value_t = 5)]
+    runs: usize,
+    /// Threads of the CPU's tiled path
+    #[arg(long, default_value_t = 2)]
+    threads: usize,
+    /// With --time: also write the measurement to FILE, in the committed file's format
+    #[arg(long, value_name = "FILE", requires = "time")]
+    save: Option<PathBuf>,
+}
+
+/// Millions, for reads counted in floats.
+fn millions(n: u64) -> f64 {
+    n as f64 / 1e6
+}
+
+/// What the chapter quotes (no GPU needed).
+fn report() -> Result<String, Box<dyn Error>> {
+    let mut out = String::new();
+    writeln!(out, "== The tiled kernel's constants ==")?;
+    writeln!(
+        out,
+        "B_Q = {B_Q} queries per workgroup (one invocation each), B_K = {B_K} keys per tile, MAX_D = {MAX_D}"
+    )?;
+    writeln!(
+        out,
+        "K and V tiles: 2 · {B_K} · {MAX_D} · 4 bytes = {TILE_BYTES} bytes of workgroup memory"
+    )?;
+    writeln!(
+        out,
+        "WebGPU's default: {WEBGPU_DEFAULT} bytes = {} floats = d² at d = {D}",
+        WEBGPU_DEFAULT / 4
+    )?;
+    writeln!(out, "\n== Reads from global memory per head, d = {D} (millions of floats) ==")?;
+    writeln!(
+        out,
+        "{:>6} {:>7} {:>10} {:>10} {:>12} {:>14}",
+        "L", "causal", "naive", "tiled", "naive/tiled", "standard (S,P)"
+    )?;
+    for l in QUOTED {
+        for causal in [false, true] {
+            let naive = traffic(Kernel::Naive, l, l, D, D, causal).reads;
+            let tiled = traffic(Kernel::Tiled, l, l, D, D, causal).reads;
+            let std_reads = standard(l, l, D, D);
+            let std_cell =
+                if causal { "".to_string() } else { format!("{:.1}", millions(std_reads.reads)) };
+            writeln!(
+                out,
+                "{l:>6} {:>7} {:>10.1} {:>10.2} {:>12.1} {std_cell:>14}",
+                if causal { "yes" } else { "no" },
+                millions(naive),
+                millions(tiled),
+                naive as f64 / tiled as f64
+            )?;
+        }
+    }
+    let s = standard(4096, 4096, D, D);
+    writeln!(
+        out,
+        "standard attention at L = 4096 also writes {:.1} M floats (S, P and the output)",
+        millions(s.writes)
+    )?;
+    writeln!(out, "\n== The grid ==")?;
+    for l in QUOTED {
+        let blocks = l.div_ceil(B_Q);
+        writeln!(
+            out,
+            "L = {l}: {blocks} query blocks × {HEADS} heads = {} workgroups of {B_Q} invocations",
+            blocks * HEADS
+        )?;
+    }
+    let counts = tile_counts(PICTURE_L)?;
+    let loaded: Vec<String> = counts
+        .rows()
+        .into_iter()
+        .map(|r| r.iter().filter(|&&n| n > 0).count().to_string())
+        .collect();
+    writeln!(
+        out,
+        "causal, L = {PICTURE_L}: tiles each workgroup loads: {} (of {});\n{} of {} tiles skipped",
+        loaded.join(", "),
+        counts.ncols(),
+        counts.iter().filter(|&&n| n == 0).count(),
+        counts.len()
+    )?;
+    writeln!(out, "\n== Measured ({TIMINGS_PATH}) ==")?;
+    let (header, rows) = committed_timings()?;
+    for line in &header {
+        writeln!(out, "{line}")?;
+    }
+    out += &timing_table(&rows);
+    Ok(out)
+}
+
+/// The causal tile counts of the tiled kernel's grid for `L × L`: (query blocks, key tiles).
+fn tile_counts(l: usize) -> Result<Array2<usize>, Box<dyn Error>> {
+    Ok(causal_tile_counts(l, l, Tiles { block_q: B_Q, tile_k: B_K })?)
+}
+
+/// Draws this chapter's figures into `out_dir` and writes its report.
+pub fn render_figures(out_dir: &Path) -> Result<Vec<PathBuf>, Box<dyn Error>> {
+    let counts = tile_counts(PICTURE_L)?;
+    let share = counts.mapv(|n| n as f64 / (B_Q * B_K) as f64);
+    let skipped = counts.mapv(|n| n == 0);
+    let rows: Vec<String> = (0..counts.nrows()).map(|b| format!("workgroup {b}")).collect();
+    let cols: Vec<String> = (0..counts.ncols()).map(|t| (t * B_K).to_string()).collect();
+    let grid = Heatmap::new(&share)
+        .title(format!(
+            "Causal, L = {PICTURE_L}: the tiles each workgroup loads (B_Q = {B_Q}, B_K = {B_K})"
+        ))
+        .row_labels(&rows)
+        .col_labels(&cols)
+        .masked(&skipped)
+        .colorbar_label("share of the tile's scores visible")
+        .save(out_dir.join("ch14_workgroups.png"))?;
+    let (_, timings) = committed_timings()?;
+    let chart = draw_timings(&timings, &out_dir.join("ch14_time_vs_l.png"))?;
+    let text = out_dir.join("ch14_output.txt");
+    std::fs::write(&text, report()?)?;
+    Ok(vec![grid, chart, text])
+}
+
+/// One measured length: milliseconds, median of the runs.
+struct Timing {
+    l: usize,
+    causal: bool,
+    cpu_tiled: f64,
+    naive_kernel: Option<f64>,
+    naive_total: f64,
+    tiled_kernel: Option<f64>,
+    tiled_total: f64,
+}
+
+const CSV_COLUMNS: &str =
+    "L,causal,cpu_tiled_ms,naive_kernel_ms,naive_total_ms,tiled_kernel_ms,tiled_total_ms";
+
+/// The committed measurement: its `#` header lines and its rows.
+fn committed_timings() -> Result<(Vec<String>, Vec<Timing>), Box<dyn Error>> {
+    let mut header = Vec::new();
+    let mut rows = Vec::new();
+    for line in TIMINGS_CSV.lines() {
+        if let Some(comment) = line.strip_prefix('#') {
+            header.push(comment.trim().to_string());
+        } else if line != CSV_COLUMNS && !line.trim().is_empty() {
+            let f: Vec<&str> = line.split(',').collect();
+            let [l, causal, cpu, nk, nt, tk, tt] = f[..] else {
+                return Err(format!("{TIMINGS_PATH}: a row must have 7 fields: {line}").into());
+            };
+            let optional = |s: &str| -> Result<Option<f64>, Box<dyn Error>> {
+                Ok(if s.is_empty() { None } else { Some(s.parse()?) })
+            };
+            rows.push(Timing {
+                l: l.parse()?,
+                causal: causal == "yes",
+                cpu_tiled: cpu.parse()?,
+                naive_kernel: optional(nk)?,
+                naive_total: nt.parse()?,
+                tiled_kernel: optional(tk)?,
+                tiled_total: tt.parse()?,
+            });
+        }
+    }
+    Ok((header, rows))
+}
+
+/// The measurement as a table (ms).
+fn timing_table(rows: &[Timing]) -> String {
+    let ms = |t: Option<f64>| t.map_or("-".to_string(), |t| format!("{t:.2}"));
+    let mut out = format!(
+        "{:>6} {:>7} {:>10} {:>13} {:>12} {:>13} {:>12}\n",
+        "L", "causal", "CPU tiled", "naive kernel", "naive total", "tiled kernel", "tiled total"
+    );
+    for r in rows {
+        out += &format!(
+            "{:>6} {:>7} {:>10.2} {:>13} {:>12.2} {:>13} {:>12.2}\n",
+            r.l,
+            if r.causal { "yes" } else { "no" },
+            r.cpu_tiled,
+            ms(r.naive_kernel),
+            r.naive_total,
+            ms(r.tiled_kernel),
+            r.tiled_total
+        );
+    }
+    out
+}
+
+/// `ch14_time_vs_l.png`: ms against L, log-log, no mask: the CPU's tiled path and both kernels.
+fn draw_timings(rows: &[Timing], path: &Path) -> Result<PathBuf, Box<dyn Error>> {
+    let series = |pick: fn(&Timing) -> Option<f64>| {
+        rows.iter()
+            .filter(|r| !r.causal)
+            .filter_map(|r| pick(r).map(|t| (r.l as f64, t)))
+            .collect::<Vec<_>>()
+    };
+    // The kernels' own times when the adapter measured them, else end to end.
+    let what =
+        if rows.iter().all(|r| r.tiled_kernel.is_some()) { "kernel alone" } else { "end to end" };
+    Ok(LineChart::new()
+        .title(format!("Time against L, f32, {HEADS} heads of d = {D}, no mask"))
+        .x_label("sequence length L")
+        .y_label("median ms")
+        .x_axis(Axis::Log2)
+        .y_axis(Axis::Log10)
+        .series("CPU, chapter 8's tiled path", series(|r| Some(r.cpu_tiled)))
+        .series(
+            format!("GPU, naive kernel ({what})"),
+            series(|r| r.naive_kernel.or(Some(r.naive_total))),
+        )
+        .series(
+            format!("GPU, tiled kernel ({what})"),
+            series(|r| r.tiled_kernel.or(Some(r.tiled_total))),
+        )
+        .save(path)?)
+}
+
+fn random(l: usize, rng: &mut StdRng) -> Array4<f32> {
+    Array4::from_shape_simple_fn((1, HEADS, l, D), || rng.random::<f32>() * 2.0 - 1.0)
+}
+
+/// Times both kernels and the CPU's tiled path for every length, causal and not.
+fn sweep(gpu: &Gpu, cli: &Cli) -> Result<Vec<Timing>, Box<dyn Error>> {
+    let pool = rayon::ThreadPoolBuilder::new().num_threads(cli.threads).build()?;
+    let mut rng = StdRng::seed_from_u64(SEED);
+    let mut rows = Vec::new();
+    for &l in &cli.lengths {
+        let (q, k, v) = (random(l, &mut rng), random(l, &mut rng), random(l, &mut rng));
+        for causal in [false, true] {
+            let masking = if causal { Masking::Causal } else { Masking::All };
+            let cpu_tiled = pool.install(|| {
+                timing::median_ms(cli.runs, || {
+                    tiled_sdpa_batched(&q, &k, &v, masking, Tiles::default())
+                })
+            });
+            let mut gpu_times = Vec::new();
+            for kernel in Kernel::ALL {
+                gpu.attend(&q, &k, &v, masking, kernel)?; // warm-up: the pipeline is made once
+                let mut runs = Vec::new();
+                for _ in 0..cli.runs.max(1) {
+                    runs.push(gpu.attend_timed(&q, &k, &v, masking, kernel)?.1);
+                }
+                let kernel_ms = runs.iter().map(|t| t.kernel_ms).collect::<Option<Vec<f64>>>();
+                let total_ms: Vec<f64> = runs.iter().map(|t| t.total_ms).collect();
+                gpu_times.push((kernel_ms.map(median), median(total_ms)));
+            }
+            let [(naive_kernel, naive_total), (tiled_kernel, tiled_total)] = gpu_times[..] else {
+                unreachable!("two kernels")
+            };
+            let row = Timing {
+                l,
+                causal,
+                cpu_tiled,
+                naive_kernel,
+                naive_total,
+                tiled_kernel,
+                tiled_total,
+            };
+            eprint!(
+                "{}",
+                timing_table(std::slice::from_ref(&row)).lines().nth(1).unwrap_or_default()
+            );
+            eprintln!();
+            rows.push(row);
+        }
+    }
+    Ok(rows)
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    let mid = v.len() / 2;
+    if v.len() % 2 == 1 { v[mid] } else { (v[mid - 1] + v[mid]) / 2.0 }
+}
+
+/// The measurement in the committed file's format.
+fn csv(gpu: &Gpu, cli: &Cli, rows: &[Timing]) -> String {
+    let (cpu, features) = timing::machine();
+    let runs = if cli.runs == 1 {
+        "one run".to_string()
+    } else {
+        format!("median ms of {} runs", cli.runs)
+    };
+    let mut out = format!("# f32, 1 × {HEADS} heads × L × {D}; {runs} after one warm-up\n");
+    out += &format!("# GPU: {}\n", gpu.adapter_name());
+    out +=
+        "# kernel = the GPU's own clock (timestamp queries); total = upload + kernel + read-back\n";
+    out += &format!(
+        "# CPU: {cpu}; {features}\n# CPU tiled = chapter 8's tiled path on {} threads\n",
+        cli.threads
+    );
+    out += CSV_COLUMNS;
+    out.push('\n');
+    let ms = |t: Option<f64>| t.map_or(String::new(), |t| format!("{t:.3}"));
+    for r in rows {
+        out += &format!(
+            "{},{},{:.3},{},{:.3},{},{:.3}\n",
+            r.l,
+            if r.causal { "yes" } else { "no" },
+            r.cpu_tiled,
+            ms(r.naive_kernel),
+            r.naive_total,
+            ms(r.tiled_kernel),
+            r.tiled_total
+        );
+    }
+    out
+}
+
+fn main() -> Result<(), Box<dyn Error>> {
+    let cli: Cli = common::parse(env!("CARGO_CRATE_NAME"), ABOUT);
+    if !cli.time {
+        let dir = cli.output.dir()?;
+        return common::render_into(&dir, render_figures);
+    }
+    let gpu = Gpu::new()?;
+    println!("GPU: {}", gpu.adapter_name());
+    let (cpu, features) = timing::machine();
+    println!("CPU: {cpu}; {features}");
+    println!(
+        "f32, 1 × {HEADS} heads × L × {D}, median ms of {} runs; CPU tiled on {} threads",
+        cli.runs, cli.threads
+    );
+    let rows = sweep(&gpu, &cli)?;
+    print!("{}", timing_table(&rows));
+    if let Some(path) = &cli.save {
+        std::fs::write(path, csv(&gpu, &cli, &rows))?;
+        println!("wrote {}", path.display());
+    }
+    Ok(())
+}
