@@ -31,7 +31,7 @@ use std::path::{Path, PathBuf};
 use attention::tiled::{Masking, Tiles, causal_tile_counts, tiled_sdpa_batched};
 use figures::{Axis, Heatmap, LineChart};
 use gpu::traffic::{standard, traffic};
-use gpu::{B_K, B_Q, Gpu, Kernel, MAX_D, TILE_BYTES};
+use gpu::{B_K, B_Q, Gpu, GpuError, Kernel, MAX_D, TILE_BYTES};
 use ndarray::{Array2, Array4};
 use rand::{Rng, SeedableRng, rngs::StdRng};
 
@@ -157,6 +157,9 @@ fn report() -> Result<String, Box<dyn Error>> {
         writeln!(out, "{line}")?;
     }
     out += &timing_table(&rows);
+    if rows.iter().any(|r| r.naive.total.is_none() || r.tiled.total.is_none()) {
+        out += "-: not run, the adapter's loop limit (lavapipe) would have cut the kernel short\n";
+    }
     Ok(out)
 }
 
@@ -179,28 +182,42 @@ pub fn render_figures(out_dir: &Path) -> Result<Vec<PathBuf>, Box<dyn Error>> {
         .row_labels(&rows)
         .col_labels(&cols)
         .masked(&skipped)
+        .mask_legend("skipped")
         .colorbar_label("share of the tile's scores visible")
         .save(out_dir.join("ch14_workgroups.png"))?;
-    let (_, timings) = committed_timings()?;
-    let chart = draw_timings(&timings, &out_dir.join("ch14_time_vs_l.png"))?;
+    let (header, timings) = committed_timings()?;
+    // The first header line ends with how the times were taken, e.g. "median of 3 runs …".
+    let runs = header.first().and_then(|h| h.split_once("ms, ")).map_or("ms", |(_, r)| r);
+    let chart = draw_timings(&timings, runs, &out_dir.join("ch14_time_vs_l.png"))?;
     let text = out_dir.join("ch14_output.txt");
     std::fs::write(&text, report()?)?;
     Ok(vec![grid, chart, text])
 }
 
-/// One measured length: milliseconds, median of the runs.
+/// One measured length: milliseconds, median of the runs. A kernel's times are `None` where
+/// the adapter refused the problem (lavapipe's loop limit).
 struct Timing {
     l: usize,
     causal: bool,
     cpu_tiled: f64,
-    naive_kernel: Option<f64>,
-    naive_total: f64,
-    tiled_kernel: Option<f64>,
-    tiled_total: f64,
+    naive: KernelTime,
+    tiled: KernelTime,
+    /// The larger of the two kernels' max |GPU − CPU| over the output.
+    max_diff: Option<f64>,
 }
 
-const CSV_COLUMNS: &str =
-    "L,causal,cpu_tiled_ms,naive_kernel_ms,naive_total_ms,tiled_kernel_ms,tiled_total_ms";
+/// One kernel's times: on the GPU's clock (if it has one) and end to end.
+#[derive(Clone, Copy, Default)]
+struct KernelTime {
+    kernel: Option<f64>,
+    total: Option<f64>,
+}
+
+const CSV_COLUMNS: &str = "L,causal,cpu_tiled_ms,naive_kernel_ms,naive_total_ms,tiled_kernel_ms,\
+    tiled_total_ms,max_abs_diff";
+
+/// The largest difference between the GPU's output and the CPU's that the sweep accepts.
+const SWEEP_TOLERANCE: f64 = 1e-4;
 
 /// The committed measurement: its `#` header lines and its rows.
 fn committed_timings() -> Result<(Vec<String>, Vec<Timing>), Box<dyn Error>> {
@@ -211,8 +228,8 @@ fn committed_timings() -> Result<(Vec<String>, Vec<Timing>), Box<dyn Error>> {
             header.push(comment.trim().to_string());
         } else if line != CSV_COLUMNS && !line.trim().is_empty() {
             let f: Vec<&str> = line.split(',').collect();
-            let [l, causal, cpu, nk, nt, tk, tt] = f[..] else {
-                return Err(format!("{TIMINGS_PATH}: a row must have 7 fields: {line}").into());
+            let [l, causal, cpu, nk, nt, tk, tt, diff] = f[..] else {
+                return Err(format!("{TIMINGS_PATH}: a row must have 8 fields: {line}").into());
             };
             let optional = |s: &str| -> Result<Option<f64>, Box<dyn Error>> {
                 Ok(if s.is_empty() { None } else { Some(s.parse()?) })
@@ -221,64 +238,56 @@ fn committed_timings() -> Result<(Vec<String>, Vec<Timing>), Box<dyn Error>> {
                 l: l.parse()?,
                 causal: causal == "yes",
                 cpu_tiled: cpu.parse()?,
-                naive_kernel: optional(nk)?,
-                naive_total: nt.parse()?,
-                tiled_kernel: optional(tk)?,
-                tiled_total: tt.parse()?,
+                naive: KernelTime { kernel: optional(nk)?, total: optional(nt)? },
+                tiled: KernelTime { kernel: optional(tk)?, total: optional(tt)? },
+                max_diff: optional(diff)?,
             });
         }
     }
     Ok((header, rows))
 }
 
-/// The measurement as a table (ms).
+/// The measurement as a table (ms; `-` where a kernel was not run).
 fn timing_table(rows: &[Timing]) -> String {
     let ms = |t: Option<f64>| t.map_or("-".to_string(), |t| format!("{t:.2}"));
     let mut out = format!(
-        "{:>6} {:>7} {:>10} {:>13} {:>12} {:>13} {:>12}\n",
-        "L", "causal", "CPU tiled", "naive kernel", "naive total", "tiled kernel", "tiled total"
+        "{:>5} {:>6} {:>9} {:>12} {:>11} {:>12} {:>11} {:>9}\n",
+        "L", "causal", "CPU tiled", "naive kernel", "naive total", "tiled kernel", "tiled total",
+        "max |Δ|"
     );
     for r in rows {
         out += &format!(
-            "{:>6} {:>7} {:>10.2} {:>13} {:>12.2} {:>13} {:>12.2}\n",
+            "{:>5} {:>6} {:>9.2} {:>12} {:>11} {:>12} {:>11} {:>9}\n",
             r.l,
             if r.causal { "yes" } else { "no" },
             r.cpu_tiled,
-            ms(r.naive_kernel),
-            r.naive_total,
-            ms(r.tiled_kernel),
-            r.tiled_total
+            ms(r.naive.kernel),
+            ms(r.naive.total),
+            ms(r.tiled.kernel),
+            ms(r.tiled.total),
+            r.max_diff.map_or("-".to_string(), |d| format!("{d:.1e}"))
         );
     }
     out
 }
 
 /// `ch14_time_vs_l.png`: ms against L, log-log, no mask: the CPU's tiled path and both kernels.
-fn draw_timings(rows: &[Timing], path: &Path) -> Result<PathBuf, Box<dyn Error>> {
+fn draw_timings(rows: &[Timing], runs: &str, path: &Path) -> Result<PathBuf, Box<dyn Error>> {
     let series = |pick: fn(&Timing) -> Option<f64>| {
-        rows.iter()
-            .filter(|r| !r.causal)
-            .filter_map(|r| pick(r).map(|t| (r.l as f64, t)))
-            .collect::<Vec<_>>()
+        rows.iter().filter(|r| !r.causal).filter_map(|r| pick(r).map(|t| (r.l as f64, t))).collect::<Vec<_>>()
     };
     // The kernels' own times when the adapter measured them, else end to end.
-    let what =
-        if rows.iter().all(|r| r.tiled_kernel.is_some()) { "kernel alone" } else { "end to end" };
+    let own_clock = rows.iter().all(|r| r.tiled.total.is_none() || r.tiled.kernel.is_some());
+    let what = if own_clock { "kernel alone" } else { "end to end" };
     Ok(LineChart::new()
         .title(format!("Time against L, f32, {HEADS} heads of d = {D}, no mask"))
         .x_label("sequence length L")
-        .y_label("median ms")
+        .y_label(format!("ms ({runs})"))
         .x_axis(Axis::Log2)
         .y_axis(Axis::Log10)
         .series("CPU, chapter 8's tiled path", series(|r| Some(r.cpu_tiled)))
-        .series(
-            format!("GPU, naive kernel ({what})"),
-            series(|r| r.naive_kernel.or(Some(r.naive_total))),
-        )
-        .series(
-            format!("GPU, tiled kernel ({what})"),
-            series(|r| r.tiled_kernel.or(Some(r.tiled_total))),
-        )
+        .series(format!("GPU, naive kernel ({what})"), series(|r| r.naive.kernel.or(r.naive.total)))
+        .series(format!("GPU, tiled kernel ({what})"), series(|r| r.tiled.kernel.or(r.tiled.total)))
         .save(path)?)
 }
 
@@ -286,7 +295,8 @@ fn random(l: usize, rng: &mut StdRng) -> Array4<f32> {
     Array4::from_shape_simple_fn((1, HEADS, l, D), || rng.random::<f32>() * 2.0 - 1.0)
 }
 
-/// Times both kernels and the CPU's tiled path for every length, causal and not.
+/// Times both kernels and the CPU's tiled path for every length, causal and not, after
+/// checking each kernel's output against the CPU's.
 fn sweep(gpu: &Gpu, cli: &Cli) -> Result<Vec<Timing>, Box<dyn Error>> {
     let pool = rayon::ThreadPoolBuilder::new().num_threads(cli.threads).build()?;
     let mut rng = StdRng::seed_from_u64(SEED);
@@ -295,39 +305,43 @@ fn sweep(gpu: &Gpu, cli: &Cli) -> Result<Vec<Timing>, Box<dyn Error>> {
         let (q, k, v) = (random(l, &mut rng), random(l, &mut rng), random(l, &mut rng));
         for causal in [false, true] {
             let masking = if causal { Masking::Causal } else { Masking::All };
+            let tiles = Tiles::default();
+            let reference = pool.install(|| tiled_sdpa_batched(&q, &k, &v, masking, tiles))?;
             let cpu_tiled = pool.install(|| {
-                timing::median_ms(cli.runs, || {
-                    tiled_sdpa_batched(&q, &k, &v, masking, Tiles::default())
-                })
+                timing::median_ms(cli.runs, || tiled_sdpa_batched(&q, &k, &v, masking, tiles))
             });
-            let mut gpu_times = Vec::new();
-            for kernel in Kernel::ALL {
-                gpu.attend(&q, &k, &v, masking, kernel)?; // warm-up: the pipeline is made once
-                let mut runs = Vec::new();
-                for _ in 0..cli.runs.max(1) {
-                    runs.push(gpu.attend_timed(&q, &k, &v, masking, kernel)?.1);
+            let mut times = [KernelTime::default(); 2];
+            let mut max_diff = None::<f64>;
+            for (kernel, time) in Kernel::ALL.into_iter().zip(&mut times) {
+                // The first call makes the pipeline; its output is checked, not timed.
+                let out = match gpu.attend(&q, &k, &v, masking, kernel) {
+                    Err(e @ GpuError::LoopBudget { .. }) => {
+                        eprintln!("L = {l}: {} kernel not run: {e}", kernel.name());
+                        continue;
+                    }
+                    other => other?,
+                };
+                let diff = (&out - &reference).iter().fold(0f32, |m, d| m.max(d.abs())) as f64;
+                if !(diff <= SWEEP_TOLERANCE) {
+                    return Err(format!(
+                        "L = {l}: the {} kernel's output differs from the CPU's by {diff:e}",
+                        kernel.name()
+                    )
+                    .into());
                 }
+                max_diff = Some(max_diff.map_or(diff, |m| m.max(diff)));
+                let runs = (0..cli.runs.max(1))
+                    .map(|_| Ok(gpu.attend_timed(&q, &k, &v, masking, kernel)?.1))
+                    .collect::<Result<Vec<_>, GpuError>>()?;
                 let kernel_ms = runs.iter().map(|t| t.kernel_ms).collect::<Option<Vec<f64>>>();
-                let total_ms: Vec<f64> = runs.iter().map(|t| t.total_ms).collect();
-                gpu_times.push((kernel_ms.map(median), median(total_ms)));
+                *time = KernelTime {
+                    kernel: kernel_ms.map(median),
+                    total: Some(median(runs.iter().map(|t| t.total_ms).collect())),
+                };
             }
-            let [(naive_kernel, naive_total), (tiled_kernel, tiled_total)] = gpu_times[..] else {
-                unreachable!("two kernels")
-            };
-            let row = Timing {
-                l,
-                causal,
-                cpu_tiled,
-                naive_kernel,
-                naive_total,
-                tiled_kernel,
-                tiled_total,
-            };
-            eprint!(
-                "{}",
-                timing_table(std::slice::from_ref(&row)).lines().nth(1).unwrap_or_default()
-            );
-            eprintln!();
+            let [naive, tiled] = times;
+            let row = Timing { l, causal, cpu_tiled, naive, tiled, max_diff };
+            eprintln!("{}", timing_table(std::slice::from_ref(&row)).lines().nth(1).unwrap_or_default());
             rows.push(row);
         }
     }
@@ -340,35 +354,33 @@ fn median(mut v: Vec<f64>) -> f64 {
     if v.len() % 2 == 1 { v[mid] } else { (v[mid - 1] + v[mid]) / 2.0 }
 }
 
+/// How the committed file says the times were taken: "one run" or "median of N runs".
+fn runs_text(runs: usize) -> String {
+    if runs == 1 { "one run after one warm-up".into() } else { format!("median of {runs} runs after one warm-up") }
+}
+
 /// The measurement in the committed file's format.
 fn csv(gpu: &Gpu, cli: &Cli, rows: &[Timing]) -> String {
     let (cpu, features) = timing::machine();
-    let runs = if cli.runs == 1 {
-        "one run".to_string()
-    } else {
-        format!("median ms of {} runs", cli.runs)
-    };
-    let mut out = format!("# f32, 1 × {HEADS} heads × L × {D}; {runs} after one warm-up\n");
+    let mut out = format!("# f32, 1 × {HEADS} heads × L × {D}; ms, {}\n", runs_text(cli.runs));
     out += &format!("# GPU: {}\n", gpu.adapter_name());
-    out +=
-        "# kernel = the GPU's own clock (timestamp queries); total = upload + kernel + read-back\n";
-    out += &format!(
-        "# CPU: {cpu}; {features}\n# CPU tiled = chapter 8's tiled path on {} threads\n",
-        cli.threads
-    );
+    out += "# kernel = the GPU's own clock (timestamp queries); total = upload + kernel + read-back\n";
+    out += "# max_abs_diff = the larger of the kernels' max |GPU − CPU| over the output\n";
+    out += &format!("# CPU: {cpu}; {features}\n# CPU tiled = chapter 8's tiled path on {} threads\n", cli.threads);
     out += CSV_COLUMNS;
     out.push('\n');
     let ms = |t: Option<f64>| t.map_or(String::new(), |t| format!("{t:.3}"));
     for r in rows {
         out += &format!(
-            "{},{},{:.3},{},{:.3},{},{:.3}\n",
+            "{},{},{:.3},{},{},{},{},{}\n",
             r.l,
             if r.causal { "yes" } else { "no" },
             r.cpu_tiled,
-            ms(r.naive_kernel),
-            r.naive_total,
-            ms(r.tiled_kernel),
-            r.tiled_total
+            ms(r.naive.kernel),
+            ms(r.naive.total),
+            ms(r.tiled.kernel),
+            ms(r.tiled.total),
+            r.max_diff.map_or(String::new(), |d| format!("{d:.1e}"))
         );
     }
     out

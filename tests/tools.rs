@@ -2443,3 +2443,61 @@ fn attend_picks_the_path_for_gradients_as_for_the_output() {
         run(&large, &["--impl", "plain", "--mask", "causal"]).starts_with("attention (plain)")
     );
 }
+
+/// `--impl gpu` against PyTorch's output on the f32 fixtures (masks of every kind, rows that
+/// see no key, batches and heads) when the machine has a Vulkan adapter; its refusals always.
+#[test]
+fn attend_gpu_reproduces_pytorch_and_refuses_what_it_cannot_do() {
+    let dir = TempDir::new().unwrap();
+    let out = out_path(&dir, "out.npy");
+    let with = |case: &str, mask: Option<&str>, extra: &[&str]| {
+        let mut list = qkv_masked(case, mask);
+        list.extend(args(&["--out", &out, "--impl", "gpu"]));
+        list.extend(args(extra));
+        list
+    };
+    // Refused before any device is looked for, so on every machine.
+    let weights = out_path(&dir, "w.npy");
+    let case = "f32_causal_L33_dk32";
+    assert_usage(attend_run, &with(case, None, &["--weights", &weights]), &dir, "never forms");
+    let d_o = fixture("sdpa", case, "q.npy");
+    let dq = out_path(&dir, "dq.npy");
+    let backward = with(case, None, &["--grad-out", &d_o, "--dq", &dq]);
+    assert_usage(attend_run, &backward, &dir, "computes the forward pass only");
+    let f64_case = "f64_batch2_L5_dk4";
+    assert_fails(
+        attend_run,
+        &with(f64_case, None, &[]),
+        &dir,
+        &fixture("sdpa", f64_case, "q.npy"),
+        "is float64, but --impl gpu computes in float32",
+    );
+
+    match gpu::Gpu::optional() {
+        Ok(Some(_)) => {}
+        Ok(None) => {
+            println!("attend --impl gpu: skipped the GPU runs, no Vulkan adapter here");
+            return;
+        }
+        Err(e) => panic!("{e}"),
+    }
+    for (case, mask) in [
+        ("f32_causal_L33_dk32", Some("causal")),
+        ("f32_causal_Lq3_Lk5", Some("causal")),
+        ("f32_fully_masked_rows_L5", Some("file")),
+        ("f32_batch2_heads2_bool_L4", Some("file")),
+        ("f32_batch2_broadcast_mask_L6", Some("file")),
+        ("f32_Lq3_Lk5_dk4_dv2", None),
+        ("f32_large_scores", None),
+        ("f32_L64_dk64", None),
+    ] {
+        let summary = attend_run(&with(case, mask, &[]))
+            .unwrap_or_else(|e| panic!("{case}: {}", e.message()));
+        assert!(summary.starts_with("attention (gpu on "), "{summary}");
+        let got: ArrayD<f32> = read_npy(&out).unwrap();
+        let expected: ArrayD<f32> = read_npy(fixture("sdpa", case, "out.npy")).unwrap();
+        assert_eq!(got.shape(), expected.shape(), "{case}");
+        let worst = (&got - &expected).iter().fold(0f32, |m, d| m.max(d.abs()));
+        assert!(worst < 1e-5, "{case}: |gpu − PyTorch| = {worst:e}");
+    }
+}

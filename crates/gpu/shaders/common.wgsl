@@ -1,9 +1,11 @@
-// Chapter 14, *Attention on a GPU*: what both kernels share (crates/gpu/src/kernels.rs puts this
-// file in front of naive.wgsl or tiled.wgsl). Anchors: bindings, visible.
+// Chapter 14, *Attention on a GPU*: what both kernels share (crates/gpu/src/lib.rs puts this
+// file in front of naive.wgsl or tiled.wgsl). Anchors: bindings, visible, write_row.
 //
-// Every tensor is a flat array of f32 in row-major order, the batch and head axes flattened
-// into one index b: Q is (count, L_q, d_k), K (count, L_k, d_k), V (count, L_k, d_v) and the
-// output (count, L_q, d_v). A boolean mask is one bit per score, 32 keys to a u32 word.
+// Every tensor is a flat array in row-major order, the batch and head axes flattened into one
+// index b, and every row cut into vec4s, four numbers each (the host pads d_k and d_v with
+// zeros to a multiple of 4, which changes no dot product, and drops the padding of the
+// output): Q is (count, L_q, D_K4) vec4s, K (count, L_k, D_K4), V (count, L_k, D_V4), the
+// output (count, L_q, D_V4). A boolean mask is one bit per score, 32 keys to a u32 word.
 
 // ANCHOR: bindings
 struct Params {
@@ -16,20 +18,21 @@ struct Params {
 
 const MASK_ALL: u32 = 0u;    // every query sees every key
 const MASK_CAUSAL: u32 = 1u; // query i sees keys 0..=i
-const MASK_BITS: u32 = 2u;   // bit j of row i of `mask`: 1 = may attend
+const MASK_BITS: u32 = 2u;   // bit j % 32 of word j / 32 of row i of `mask`: 1 = may attend
 
-// The head widths, fixed when the pipeline is made (Rust's `constants`), so the compiler
-// knows every loop bound below; MAX_D sizes the per-invocation arrays.
-override D_K: u32;
-override D_V: u32;
-const MAX_D: u32 = 128u;
+const B_Q: u32 = 64u;   // invocations per workgroup: one query each
+const MAX_D4: u32 = 32u; // the widest head, in vec4s: 128 numbers
+// The head widths in vec4s, ⌈d_k / 4⌉ and ⌈d_v / 4⌉, fixed when the pipeline is made (Rust's
+// `constants`), so the compiler knows the bounds of the loops over a row.
+override D_K4: u32;
+override D_V4: u32;
 
 @group(0) @binding(0) var<uniform> params: Params;
-@group(0) @binding(1) var<storage, read> q: array<f32>;
-@group(0) @binding(2) var<storage, read> k: array<f32>;
-@group(0) @binding(3) var<storage, read> v: array<f32>;
+@group(0) @binding(1) var<storage, read> q: array<vec4<f32>>;
+@group(0) @binding(2) var<storage, read> k: array<vec4<f32>>;
+@group(0) @binding(3) var<storage, read> v: array<vec4<f32>>;
 @group(0) @binding(4) var<storage, read> mask: array<u32>;
-@group(0) @binding(5) var<storage, read_write> out: array<f32>;
+@group(0) @binding(5) var<storage, read_write> out: array<vec4<f32>>;
 // ANCHOR_END: bindings
 
 // May query i of matrix b see key j?
@@ -50,12 +53,20 @@ fn visible(b: u32, i: u32, j: u32) -> bool {
 }
 // ANCHOR_END: visible
 
+// Query i of matrix b, into the invocation's own variables.
+// ANCHOR: load_query
+fn load_query(b: u32, i: u32, q_row: ptr<function, array<vec4<f32>, MAX_D4>>) {
+    for (var c = 0u; c < D_K4; c++) {
+        (*q_row)[c] = q[(b * params.l_q + i) * D_K4 + c];
+    }
+}
+// ANCHOR_END: load_query
+
 // Row i of the output: acc / l, or zeros for a query that saw no key (l = 0), as in sdpa.
 // ANCHOR: write_row
-fn write_row(b: u32, i: u32, acc: ptr<function, array<f32, MAX_D>>, l: f32) {
-    let o0 = (b * params.l_q + i) * D_V;
-    for (var c = 0u; c < D_V; c++) {
-        out[o0 + c] = select(0.0, (*acc)[c] / l, l > 0.0);
+fn write_row(b: u32, i: u32, acc: ptr<function, array<vec4<f32>, MAX_D4>>, l: f32) {
+    for (var c = 0u; c < D_V4; c++) {
+        out[(b * params.l_q + i) * D_V4 + c] = select(vec4(0.0), (*acc)[c] / l, l > 0.0);
     }
 }
 // ANCHOR_END: write_row

@@ -3,25 +3,25 @@
 // Anchors: naive.
 
 // ANCHOR: naive
-@compute @workgroup_size(64)
+@compute @workgroup_size(B_Q)
 fn naive(@builtin(global_invocation_id) id: vec3<u32>) {
     let i = id.x; // the query row
     let b = id.y; // the matrix: batch item × head
     if i >= params.l_q {
         return; // the last workgroup's spare invocations
     }
-    let q0 = (b * params.l_q + i) * D_K;
+    var q_row: array<vec4<f32>, MAX_D4>;
+    load_query(b, i, &q_row);
     var m = 0.0; // the running maximum (meaningless while l = 0)
     var l = 0.0; // the running sum of exp(s − m)
-    var acc: array<f32, MAX_D>; // Σ exp(s − m)·v, zero to start with
+    var acc: array<vec4<f32>, MAX_D4>; // Σ exp(s − m)·v, zero to start with
     for (var j = 0u; j < params.l_k; j++) {
         if !visible(b, i, j) {
             continue;
         }
-        let k0 = (b * params.l_k + j) * D_K;
         var s = 0.0;
-        for (var c = 0u; c < D_K; c++) {
-            s += q[q0 + c] * k[k0 + c];
+        for (var c = 0u; c < D_K4; c++) {
+            s += dot(q_row[c], k[(b * params.l_k + j) * D_K4 + c]);
         }
         s *= params.scale;
         if l == 0.0 {
@@ -31,9 +31,8 @@ fn naive(@builtin(global_invocation_id) id: vec3<u32>) {
         let rescale = exp(m - m_new); // 1 if the maximum held
         let p = exp(s - m_new);
         l = l * rescale + p;
-        let v0 = (b * params.l_k + j) * D_V;
-        for (var c = 0u; c < D_V; c++) {
-            acc[c] = acc[c] * rescale + p * v[v0 + c];
+        for (var c = 0u; c < D_V4; c++) {
+            acc[c] = acc[c] * rescale + p * v[(b * params.l_k + j) * D_V4 + c];
         }
         m = m_new;
     }

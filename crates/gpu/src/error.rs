@@ -83,6 +83,22 @@ pub enum GpuError {
         /// `max_compute_workgroup_storage_size`.
         available: u32,
     },
+    /// A problem too long for Mesa's software Vulkan, which would stop the kernel's loops
+    /// early and return wrong numbers ([`LAVAPIPE_LOOP_LIMIT`](crate::LAVAPIPE_LOOP_LIMIT)).
+    #[error(
+        "the {kernel} kernel would make up to {needed} loop iterations per invocation, and \
+         lavapipe (Mesa's software Vulkan) stops an invocation's loops after {limit}, which \
+         would leave the output wrong: use fewer keys or narrower heads, a real GPU, or the \
+         CPU's tiled path"
+    )]
+    LoopBudget {
+        /// `"naive"` or `"tiled"`.
+        kernel: &'static str,
+        /// [`loop_iterations`](crate::loop_iterations) for the problem.
+        needed: u64,
+        /// [`LAVAPIPE_LOOP_LIMIT`](crate::LAVAPIPE_LOOP_LIMIT).
+        limit: u64,
+    },
     /// The device reported an error while running (validation, out of memory, lost device).
     #[error("the GPU reported an error: {0}")]
     Run(String),

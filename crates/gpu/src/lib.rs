@@ -8,8 +8,9 @@
 //! each kernel reads from global memory.
 //!
 //! The shaders are files of their own: `shaders/common.wgsl` (the bindings, the mask, writing a
-//! row), `shaders/naive.wgsl` and `shaders/tiled.wgsl`. Anchors (below the doc comments):
-//! `kernel` in this file; `new_device`, `dispatch` in `run.rs`; `traffic` in `traffic.rs`.
+//! row), `shaders/naive.wgsl` and `shaders/tiled.wgsl`. Rows travel as `vec4`s: the host pads
+//! `d_k` and `d_v` with zeros to a multiple of 4 and drops the output's padding. Anchors (below the doc comments):
+//! `kernel` in this file; `new_device`, `checks`, `dispatch` in `run.rs`; `traffic` in `traffic.rs`.
 
 #![warn(missing_docs)]
 
@@ -18,7 +19,9 @@ mod run;
 pub mod traffic;
 
 pub use error::{GpuError, Result};
-pub use run::Timing;
+pub use run::{LAVAPIPE_LOOP_LIMIT, Timing, loop_iterations};
+/// The `wgpu` this crate is built on (for its types, e.g. `wgpu::Limits` in [`Gpu::limits`]).
+pub use wgpu;
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -27,14 +30,15 @@ use std::sync::Mutex;
 /// the GPU tests fail instead of skipping when its software Vulkan is missing.
 pub const REQUIRED_VAR: &str = "ATTENTION_GPU_REQUIRED";
 
-/// The widest head the kernels take (`MAX_D` in `shaders/common.wgsl`).
+/// The widest head the kernels take: `MAX_D4` vec4s in `shaders/common.wgsl`.
 pub const MAX_D: usize = 128;
-/// Queries per workgroup in the tiled kernel (`B_Q` in `shaders/tiled.wgsl`), and invocations
-/// per workgroup in both kernels.
+/// Queries per workgroup in the tiled kernel, and invocations per workgroup in both kernels
+/// (`B_Q` in `shaders/common.wgsl`).
 pub const B_Q: usize = 64;
 /// Keys per tile in the tiled kernel (`B_K` in `shaders/tiled.wgsl`).
 pub const B_K: usize = 32;
-/// The workgroup memory the tiled kernel's K and V tiles take: `2 · B_K · MAX_D` floats.
+/// The workgroup memory the tiled kernel's K and V tiles take: `2 · B_K · MAX_D` floats, sized
+/// for the widest head.
 pub const TILE_BYTES: u32 = (2 * B_K * MAX_D * 4) as u32;
 
 /// Which compute shader runs the attention.
@@ -178,6 +182,20 @@ mod tests {
             .validate(&module)
             .map(drop)
             .map_err(|e| e.emit_to_string(source))
+    }
+
+    /// The Rust constants are the shaders' own.
+    #[test]
+    fn constants_match_the_shaders() {
+        let source = Kernel::Tiled.source();
+        for line in [
+            format!("const B_Q: u32 = {}u;", super::B_Q),
+            format!("const B_K: u32 = {}u;", super::B_K),
+            format!("const MAX_D4: u32 = {}u;", super::MAX_D / 4),
+        ] {
+            assert!(source.contains(&line), "the shaders lack `{line}`");
+        }
+        assert!(Kernel::Naive.source().contains("@workgroup_size(B_Q)"));
     }
 
     #[test]

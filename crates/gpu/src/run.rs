@@ -1,5 +1,5 @@
 //! The host side: the device, the buffers, one pipeline per kernel and head width, the
-//! dispatch and the read-back (chapter *Attention on a GPU*). Anchors: `new_device`,
+//! dispatch and the read-back (chapter *Attention on a GPU*). Anchors: `new_device`, `checks`,
 //! `dispatch`.
 
 use std::time::Instant;
@@ -10,7 +10,7 @@ use attention::tiled::Masking;
 use ndarray::{Array, ArrayRef, Dimension, IxDyn};
 use wgpu::util::DeviceExt;
 
-use crate::{B_Q, Gpu, GpuError, Kernel, MAX_D, REQUIRED_VAR, Result, TILE_BYTES};
+use crate::{B_K, B_Q, Gpu, GpuError, Kernel, MAX_D, REQUIRED_VAR, Result, TILE_BYTES};
 
 /// How long one [`Gpu::attend_timed`] call took.
 ///
@@ -191,11 +191,13 @@ impl Gpu {
     ) -> Result<(Array<f32, D>, Timing)> {
         let start = Instant::now();
         let (l_q, l_k, d_k, d_v) = check_shapes(q.shape(), k.shape(), v.shape())?;
+        // ANCHOR: checks
         for (what, size) in [("d_k", d_k), ("d_v", d_v)] {
             if size > MAX_D {
                 return Err(GpuError::HeadTooWide { what, size, max: MAX_D });
             }
         }
+        // ANCHOR_END: checks
         let lead = &q.shape()[..q.ndim() - 2];
         let count: usize = lead.iter().product();
         let mut out_shape = lead.to_vec();
@@ -210,6 +212,7 @@ impl Gpu {
                 (2, mask_bits(mask.as_array(), &scores, mask_words)?)
             }
         };
+        // ANCHOR: checks
         if kernel == Kernel::Tiled
             && self.limits.max_compute_workgroup_storage_size < TILE_BYTES
         {
@@ -219,6 +222,16 @@ impl Gpu {
                 available: self.limits.max_compute_workgroup_storage_size,
             });
         }
+        if self.is_lavapipe() {
+            let needed = loop_iterations(kernel, l_k, d_k, d_v);
+            if needed > LAVAPIPE_LOOP_LIMIT {
+                return Err(GpuError::LoopBudget {
+                    kernel: kernel.name(),
+                    needed,
+                    limit: LAVAPIPE_LOOP_LIMIT,
+                });
+            }
+        }
         let blocks = l_q.div_ceil(B_Q);
         let max_groups = self.limits.max_compute_workgroups_per_dimension;
         for (what, n) in [("query blocks", blocks), ("matrices (batch × heads)", count)] {
@@ -226,6 +239,7 @@ impl Gpu {
                 return Err(GpuError::TooManyWorkgroups { what, count: n, limit: max_groups });
             }
         }
+        // ANCHOR_END: checks
         let params = Params {
             l_q: l_q as u32,
             l_k: l_k as u32,
@@ -234,10 +248,13 @@ impl Gpu {
             scale: 1.0 / (d_k as f32).sqrt(),
             _pad: [0; 3],
         };
-        let out_len = count * l_q * d_v;
-        let inputs = [("q", floats(q)), ("k", floats(k)), ("v", floats(v))];
+        // Rows padded with zeros to whole vec4s (a dot product does not change).
+        let (d_k4, d_v4) = (d_k.div_ceil(4), d_v.div_ceil(4));
+        let out_len = count * l_q * d_v4 * 4;
+        let inputs = [("q", padded(q, d_k4)), ("k", padded(k, d_k4)), ("v", padded(v, d_v4))];
         let sizes = inputs.iter().map(|(what, data)| (*what, data.len() * 4));
         let sizes = sizes.chain([("mask", mask.len() * 4), ("output", out_len * 4)]);
+        // ANCHOR: checks
         let limit = u64::from(self.limits.max_storage_buffer_binding_size)
             .min(self.limits.max_buffer_size);
         for (what, bytes) in sizes {
@@ -245,9 +262,12 @@ impl Gpu {
                 return Err(GpuError::TooLarge { what, bytes: bytes as u64, limit });
             }
         }
-        let pipeline = self.pipeline(kernel, d_k, d_v)?;
+        // ANCHOR_END: checks
+        let pipeline = self.pipeline(kernel, d_k4, d_v4)?;
         let (output, kernel_ms) =
             self.dispatch(&pipeline, &params, &inputs, &mask, out_len, (blocks, count))?;
+        let output: Vec<f32> =
+            output.chunks_exact(d_v4 * 4).flat_map(|row| &row[..d_v]).copied().collect();
         let output = Array::from_shape_vec(IxDyn(&out_shape), output)
             .expect("the output buffer holds (..., L_q, d_v)")
             .into_dimensionality::<D>()
@@ -256,18 +276,98 @@ impl Gpu {
         Ok((output, Timing { kernel_ms, total_ms }))
     }
 
+    /// Whether the adapter is Mesa's software Vulkan, llvmpipe ("lavapipe"), whose loop limit
+    /// ([`LAVAPIPE_LOOP_LIMIT`]) [`Gpu::attend`] then checks before it dispatches.
+    ///
+    /// ```
+    /// # fn main() -> gpu::Result<()> {
+    /// let Some(gpu) = gpu::Gpu::optional()? else { return Ok(()) };
+    /// assert_eq!(gpu.is_lavapipe(), gpu.adapter_name().starts_with("llvmpipe"));
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn is_lavapipe(&self) -> bool {
+        self.adapter.driver == "llvmpipe" || self.adapter.name.starts_with("llvmpipe")
+    }
+
+    /// Runs `shaders/loop_count.wgsl`: one invocation makes a loop of `n` iterations and
+    /// returns how many it made. `n` on a GPU; on lavapipe at most about
+    /// [`LAVAPIPE_LOOP_LIMIT`], the software driver's guard against loops that never end, which
+    /// is why [`Gpu::attend`] refuses problems that would need more.
+    ///
+    /// ```
+    /// # fn main() -> gpu::Result<()> {
+    /// let Some(gpu) = gpu::Gpu::optional()? else { return Ok(()) };
+    /// assert_eq!(gpu.loop_count(1000)?, 1000);
+    /// if gpu.is_lavapipe() {
+    ///     assert!(gpu.loop_count(100_000)? <= gpu::LAVAPIPE_LOOP_LIMIT as u32);
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn loop_count(&self, n: u32) -> Result<u32> {
+        let device = &self.device;
+        let scopes = ErrorScopes::push(device);
+        let module = device.create_shader_module(wgpu::ShaderModuleDescriptor {
+            label: Some("loop_count"),
+            source: wgpu::ShaderSource::Wgsl(
+                include_str!("../shaders/loop_count.wgsl").into(),
+            ),
+        });
+        let pipeline = device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+            label: Some("loop_count"),
+            layout: None,
+            module: &module,
+            entry_point: Some("loop_count"),
+            compilation_options: Default::default(),
+            cache: None,
+        });
+        let data = device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
+            label: Some("loop_count"),
+            contents: &le_bytes([n, 0].into_iter()),
+            usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC,
+        });
+        let readback = device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("loop_count read back"),
+            size: 8,
+            usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
+        });
+        let bind_group = device.create_bind_group(&wgpu::BindGroupDescriptor {
+            label: Some("loop_count"),
+            layout: &pipeline.get_bind_group_layout(0),
+            entries: &[wgpu::BindGroupEntry {
+                binding: 0,
+                resource: data.as_entire_binding(),
+            }],
+        });
+        let mut encoder = device.create_command_encoder(&Default::default());
+        {
+            let mut pass = encoder.begin_compute_pass(&Default::default());
+            pass.set_pipeline(&pipeline);
+            pass.set_bind_group(0, &bind_group, &[]);
+            pass.dispatch_workgroups(1, 1, 1);
+        }
+        encoder.copy_buffer_to_buffer(&data, 0, &readback, 0, 8);
+        self.queue.submit([encoder.finish()]);
+        let bytes = read_back(device, &readback);
+        scopes.pop()?;
+        let bytes = bytes?;
+        Ok(u32::from_le_bytes([bytes[4], bytes[5], bytes[6], bytes[7]]))
+    }
+
     /// The compute pipeline of `kernel` for heads of `d_k` and `d_v`, made once and kept.
     fn pipeline(
         &self,
         kernel: Kernel,
-        d_k: usize,
-        d_v: usize,
+        d_k4: usize,
+        d_v4: usize,
     ) -> Result<wgpu::ComputePipeline> {
         let mut pipelines = self.pipelines.lock().expect("no thread panics holding the lock");
-        if let Some(pipeline) = pipelines.get(&(kernel, d_k, d_v)) {
+        if let Some(pipeline) = pipelines.get(&(kernel, d_k4, d_v4)) {
             return Ok(pipeline.clone());
         }
-        let scope = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
+        let scopes = ErrorScopes::push(&self.device);
         let module = self.device.create_shader_module(wgpu::ShaderModuleDescriptor {
             label: Some(kernel.name()),
             source: wgpu::ShaderSource::Wgsl(kernel.source().into()),
@@ -277,7 +377,7 @@ impl Gpu {
             bind_group_layouts: &[Some(&self.layout)],
             immediate_size: 0,
         });
-        let constants = [("D_K", d_k as f64), ("D_V", d_v as f64)];
+        let constants = [("D_K4", d_k4 as f64), ("D_V4", d_v4 as f64)];
         let pipeline = self.device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
             label: Some(kernel.name()),
             layout: Some(&layout),
@@ -289,10 +389,8 @@ impl Gpu {
             },
             cache: None,
         });
-        if let Some(error) = pollster::block_on(scope.pop()) {
-            return Err(GpuError::Run(error.to_string()));
-        }
-        pipelines.insert((kernel, d_k, d_v), pipeline.clone());
+        scopes.pop()?;
+        pipelines.insert((kernel, d_k4, d_v4), pipeline.clone());
         Ok(pipeline)
     }
 
@@ -310,8 +408,7 @@ impl Gpu {
         groups: (usize, usize),
     ) -> Result<(Vec<f32>, Option<f64>)> {
         let device = &self.device;
-        let memory = device.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
-        let validation = device.push_error_scope(wgpu::ErrorFilter::Validation);
+        let scopes = ErrorScopes::push(device);
         let upload = |label: &str, bytes: &[u8], usage| {
             device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
                 label: Some(label),
@@ -365,19 +462,48 @@ impl Gpu {
             timer.resolve(&mut encoder);
         }
         self.queue.submit([encoder.finish()]);
-        let output = read_back(device, &readback)?;
-        let kernel_ms = match &timer {
-            Some(timer) => Some(timer.millis(device, &self.queue)?),
-            None => None,
+        let output = read_back(device, &readback);
+        let kernel_ms = match (&timer, &output) {
+            (Some(timer), Ok(_)) => Some(timer.millis(device, &self.queue)),
+            _ => None,
         };
-        for scope in [validation, memory] {
-            if let Some(error) = pollster::block_on(scope.pop()) {
-                return Err(GpuError::Run(error.to_string()));
-            }
-        }
-        Ok((bytemuck_f32(&output), kernel_ms))
+        scopes.pop()?; // the device's own error first: it explains a failed read-back
+        Ok((bytemuck_f32(&output?), kernel_ms.transpose()?))
     }
     // ANCHOR_END: dispatch
+}
+
+/// Mesa's software Vulkan (llvmpipe, "lavapipe") ends every loop of an invocation once the
+/// invocation has made this many loop iterations in all, a guard against shaders that never
+/// stop (Mesa 22.3); what the kernel had not computed by then is silently missing.
+pub const LAVAPIPE_LOOP_LIMIT: u64 = 65_535;
+
+/// The most loop iterations one invocation of `kernel` makes for `l_k` keys and heads of
+/// `d_k` and `d_v`, counted from the shaders as lavapipe counts them (a loop of `n` iterations
+/// takes `n + 1`), every key visible and no loop unrolled by the compiler: an upper bound.
+///
+/// ```
+/// use gpu::{Kernel, loop_iterations, LAVAPIPE_LOOP_LIMIT};
+///
+/// // One key costs the naive kernel 1 + (16 + 1) + (16 + 1) iterations at d = 64.
+/// let one = loop_iterations(Kernel::Naive, 1001, 64, 64) - loop_iterations(Kernel::Naive, 1000, 64, 64);
+/// assert_eq!(one, 35);
+/// assert!(loop_iterations(Kernel::Naive, 1800, 64, 64) <= LAVAPIPE_LOOP_LIMIT);
+/// assert!(loop_iterations(Kernel::Tiled, 4096, 64, 64) > LAVAPIPE_LOOP_LIMIT);
+/// ```
+pub fn loop_iterations(kernel: Kernel, l_k: usize, d_k: usize, d_v: usize) -> u64 {
+    let (k4, v4, b_k) = (d_k.div_ceil(4), d_v.div_ceil(4), B_K);
+    let ends = (k4 + 1) + 1 + (v4 + 1); // load_query, the main loop's exit, write_row
+    let body = match kernel {
+        Kernel::Naive => l_k * (1 + (k4 + 1) + (v4 + 1)),
+        Kernel::Tiled => {
+            let copies = (b_k * k4).div_ceil(B_Q) + 1 + (b_k * v4).div_ceil(B_Q) + 1;
+            let scores = (b_k + 1) + b_k * (k4 + 1);
+            let values = (v4 + 1) + (b_k + 1) + b_k * (v4 + 1);
+            l_k.div_ceil(b_k) * (1 + copies + scores + values)
+        }
+    };
+    (ends + body) as u64
 }
 
 /// Binding `i` of `common.wgsl`: 0 the uniform `params`, 1–4 read-only storage (q, k, v,
@@ -400,9 +526,42 @@ fn binding_entry(i: u32) -> wgpu::BindGroupLayoutEntry {
     }
 }
 
-/// The tensor's numbers in row-major order.
-fn floats<D: Dimension>(a: &ArrayRef<f32, D>) -> Vec<f32> {
-    a.iter().copied().collect()
+/// The tensor's rows in row-major order, each padded with zeros to `d4` vec4s.
+fn padded<D: Dimension>(a: &ArrayRef<f32, D>, d4: usize) -> Vec<f32> {
+    let d = a.shape()[a.ndim() - 1];
+    let mut out = Vec::with_capacity(a.len() / d * d4 * 4);
+    for (n, &x) in a.iter().enumerate() {
+        out.push(x);
+        if n % d == d - 1 {
+            out.resize(out.len() + d4 * 4 - d, 0.0); // the row's padding
+        }
+    }
+    out
+}
+
+/// The device's error scopes around one piece of work: validation, out of memory and internal
+/// errors (a driver failing to compile a shader), which would otherwise reach wgpu's default
+/// handler, and it panics.
+struct ErrorScopes(Vec<wgpu::ErrorScopeGuard>);
+
+impl ErrorScopes {
+    fn push(device: &wgpu::Device) -> ErrorScopes {
+        use wgpu::ErrorFilter::{Internal, OutOfMemory, Validation};
+        ErrorScopes(
+            [Internal, OutOfMemory, Validation].map(|f| device.push_error_scope(f)).into(),
+        )
+    }
+
+    /// Pops them all, innermost first; the first error any of them caught.
+    fn pop(self) -> Result<()> {
+        let mut first = None;
+        for scope in self.0.into_iter().rev() {
+            if let Some(error) = pollster::block_on(scope.pop()) {
+                first.get_or_insert(GpuError::Run(error.to_string()));
+            }
+        }
+        first.map_or(Ok(()), Err)
+    }
 }
 
 /// Little-endian bytes of 32-bit words (what every GPU API expects on every host we target).

@@ -4,7 +4,8 @@
 //! A kernel's speed on a GPU is set less by its arithmetic than by how many numbers it moves
 //! between global memory (the paper's "HBM") and the chip. These counts follow the shaders
 //! line by line, for one `(L_q, d_k)`, `(L_k, d_k)`, `(L_k, d_v)` problem with no mask or the
-//! causal one; caches are left out (a real GPU's L1 and L2 catch some of the naive kernel's
+//! causal one, `d_k` and `d_v` multiples of 4 (the kernels pad rows to whole `vec4`s), as loads
+//! counted per invocation; caches are left out (a real GPU's L1 and L2 catch some of the naive kernel's
 //! repeated reads, which is why it is measured, not only counted).
 
 use crate::{B_Q, Kernel};
@@ -47,11 +48,12 @@ pub fn traffic(
     d_v: usize,
     causal: bool,
 ) -> Traffic {
-    // How many keys query i reads (naive) or the block starting at i0 loads (tiled).
+    // How many keys query i reads (naive) or the block starting at i0 loads (tiled: up to its
+    // last query, chapter 8's causal_end).
     let seen = |last: usize| if causal { l_k.min(last + 1) } else { l_k };
     let key_rows: usize = match kernel {
         Kernel::Naive => (0..l_q).map(seen).sum(),
-        Kernel::Tiled => (0..l_q).step_by(B_Q).map(|i0| seen(i0 + B_Q - 1)).sum(),
+        Kernel::Tiled => (0..l_q).step_by(B_Q).map(|i0| seen((i0 + B_Q).min(l_q) - 1)).sum(),
     };
     let reads = l_q * d_k + key_rows * (d_k + d_v);
     Traffic { reads: reads as u64, writes: (l_q * d_v) as u64 }

@@ -155,6 +155,13 @@ fn cases() -> Vec<Case> {
         Case::new("heads of 128 (MAX_D), d_v = 1", &[2], (129, 200), (128, 1), 10),
         Case::scaled("large scores (|q|, |k| up to 3)", &[4], (200, 200), (64, 64), 11, 3.0)
             .causal(),
+        Case::new(
+            "L_k = 1700, d = 64 (near lavapipe's limit)",
+            &[2],
+            (70, 1700),
+            (64, 64),
+            13,
+        ),
     ]
 }
 
@@ -182,11 +189,43 @@ fn errors(gpu: &Gpu) -> Result<(), String> {
             gpu.attend(&q, &k, &k, Masking::Mask(&mask), kernel),
             "mask has shape [5, 5], which does not broadcast to the scores' shape [5, 6]",
         )?;
+        // lavapipe's loop limit: refused rather than computed wrong.
+        if gpu.is_lavapipe() {
+            let (q, k) = (random(&[3, 64], 1.0, &mut rng), random(&[2000, 64], 1.0, &mut rng));
+            let needed = gpu::loop_iterations(kernel, 2000, 64, 64);
+            expect(
+                gpu.attend(&q, &k, &k, Masking::All, kernel),
+                &format!(
+                    "the {} kernel would make up to {needed} loop iterations per invocation, \
+                     and lavapipe (Mesa's software Vulkan) stops an invocation's loops after \
+                     65535, which would leave the output wrong: use fewer keys or narrower \
+                     heads, a real GPU, or the CPU's tiled path",
+                    kernel.name()
+                ),
+            )?;
+        }
         let empty = random(&[0, 8], 1.0, &mut rng);
         expect(
             gpu.attend(&empty, &k, &k, Masking::All, kernel),
             "q has L_q = 0: it must be at least 1",
         )?;
+    }
+    Ok(())
+}
+
+/// The software driver's loop limit, which `Gpu::attend` guards against on lavapipe: a loop of
+/// `n` iterations makes `n` of them on a GPU, at most 65535 on lavapipe.
+fn loop_limit(gpu: &Gpu) -> Result<(), String> {
+    let count = |n| gpu.loop_count(n).map_err(|e| e.to_string());
+    let expected = |n: u32| if gpu.is_lavapipe() { n.min(65_535) } else { n };
+    for n in [1_000, 65_535, 65_536, 100_000] {
+        let got = count(n)?;
+        if got != expected(n) {
+            return Err(format!(
+                "a loop of {n} made {got} iterations, expected {}",
+                expected(n)
+            ));
+        }
     }
     Ok(())
 }
@@ -217,6 +256,13 @@ fn main() -> std::process::ExitCode {
                 failed += 1;
                 println!("{:<44} FAILED: {e}", case.name);
             }
+        }
+    }
+    match loop_limit(&gpu) {
+        Ok(()) => println!("{:<44} ok", "loop limit as expected for this adapter"),
+        Err(e) => {
+            failed += 1;
+            println!("{:<44} FAILED: {e}", "loop limit");
         }
     }
     match errors(&gpu) {

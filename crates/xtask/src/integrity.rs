@@ -498,13 +498,14 @@ impl FnDef {
 
 /// Method names the standard library and ndarray use too (`v.len()`, `x.shape()`,
 /// `Zip::from(a).and(b)`, `vec.push(x)`, `a.append(axis, b)`, `iter.position(p)`,
-/// `text.bytes()`, and chapter 14's `params.bytes()` beside `KvCache::bytes`), or that
+/// `text.bytes()`, and chapter 14's `params.bytes()` and `kernel.name()` beside
+/// `KvCache::bytes` and `Pattern::name`), or that
 /// another crate of the book defines as well (`pretrained::Bert::layers` and `config` beside
 /// chapter 12's `TinyTransformer`): a call `x.name(...)` with one of these names is not
 /// taken for the crate's method, which is then checked only where a listing names its type.
-const COMMON_METHOD_NAMES: [&str; 11] = [
+const COMMON_METHOD_NAMES: [&str; 12] = [
     "len", "is_empty", "shape", "and", "push", "default", "append", "position", "layers",
-    "config", "bytes",
+    "config", "bytes", "name",
 ];
 
 /// The name of the function a line defines, if it does: `pub(crate) fn name<...>(`.
