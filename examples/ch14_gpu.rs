@@ -247,26 +247,34 @@ fn committed_timings() -> Result<(Vec<String>, Vec<Timing>), Box<dyn Error>> {
     Ok((header, rows))
 }
 
+impl Timing {
+    /// The row's eight fields in the CSV's order: the times through `ms`, `missing` for a
+    /// kernel that was not run.
+    fn fields(&self, ms: impl Fn(Option<f64>) -> String, missing: &str) -> [String; 8] {
+        [
+            self.l.to_string(),
+            (if self.causal { "yes" } else { "no" }).to_string(),
+            ms(Some(self.cpu_tiled)),
+            ms(self.naive.kernel),
+            ms(self.naive.total),
+            ms(self.tiled.kernel),
+            ms(self.tiled.total),
+            self.max_diff.map_or(missing.to_string(), |d| format!("{d:.1e}")),
+        ]
+    }
+}
+
 /// The measurement as a table (ms; `-` where a kernel was not run).
 fn timing_table(rows: &[Timing]) -> String {
-    let ms = |t: Option<f64>| t.map_or("-".to_string(), |t| format!("{t:.2}"));
-    let mut out = format!(
-        "{:>5} {:>6} {:>9} {:>12} {:>11} {:>12} {:>11} {:>9}\n",
-        "L", "causal", "CPU tiled", "naive kernel", "naive total", "tiled kernel", "tiled total",
-        "max |Δ|"
-    );
+    const WIDTHS: [usize; 8] = [5, 6, 9, 12, 11, 12, 11, 9];
+    let line = |fields: [String; 8]| {
+        let cells: Vec<String> = fields.iter().zip(WIDTHS).map(|(f, w)| format!("{f:>w$}")).collect();
+        cells.join(" ") + "\n"
+    };
+    let header = ["L", "causal", "CPU tiled", "naive kernel", "naive total", "tiled kernel", "tiled total", "max |Δ|"];
+    let mut out = line(header.map(String::from));
     for r in rows {
-        out += &format!(
-            "{:>5} {:>6} {:>9.2} {:>12} {:>11} {:>12} {:>11} {:>9}\n",
-            r.l,
-            if r.causal { "yes" } else { "no" },
-            r.cpu_tiled,
-            ms(r.naive.kernel),
-            ms(r.naive.total),
-            ms(r.tiled.kernel),
-            ms(r.tiled.total),
-            r.max_diff.map_or("-".to_string(), |d| format!("{d:.1e}"))
-        );
+        out += &line(r.fields(|t| t.map_or("-".to_string(), |t| format!("{t:.2}")), "-"));
     }
     out
 }
@@ -322,7 +330,7 @@ fn sweep(gpu: &Gpu, cli: &Cli) -> Result<Vec<Timing>, Box<dyn Error>> {
                     other => other?,
                 };
                 let diff = (&out - &reference).iter().fold(0f32, |m, d| m.max(d.abs())) as f64;
-                if !(diff <= SWEEP_TOLERANCE) {
+                if diff.is_nan() || diff > SWEEP_TOLERANCE {
                     return Err(format!(
                         "L = {l}: the {} kernel's output differs from the CPU's by {diff:e}",
                         kernel.name()
@@ -369,19 +377,9 @@ fn csv(gpu: &Gpu, cli: &Cli, rows: &[Timing]) -> String {
     out += &format!("# CPU: {cpu}; {features}\n# CPU tiled = chapter 8's tiled path on {} threads\n", cli.threads);
     out += CSV_COLUMNS;
     out.push('\n');
-    let ms = |t: Option<f64>| t.map_or(String::new(), |t| format!("{t:.3}"));
     for r in rows {
-        out += &format!(
-            "{},{},{:.3},{},{},{},{},{}\n",
-            r.l,
-            if r.causal { "yes" } else { "no" },
-            r.cpu_tiled,
-            ms(r.naive.kernel),
-            ms(r.naive.total),
-            ms(r.tiled.kernel),
-            ms(r.tiled.total),
-            r.max_diff.map_or(String::new(), |d| format!("{d:.1e}"))
-        );
+        out += &r.fields(|t| t.map_or(String::new(), |t| format!("{t:.3}")), "").join(",");
+        out.push('\n');
     }
     out
 }

@@ -255,8 +255,8 @@ impl Gpu {
         let sizes = inputs.iter().map(|(what, data)| (*what, data.len() * 4));
         let sizes = sizes.chain([("mask", mask.len() * 4), ("output", out_len * 4)]);
         // ANCHOR: checks
-        let limit = u64::from(self.limits.max_storage_buffer_binding_size)
-            .min(self.limits.max_buffer_size);
+        let limit =
+            self.limits.max_storage_buffer_binding_size.min(self.limits.max_buffer_size);
         for (what, bytes) in sizes {
             if bytes as u64 > limit {
                 return Err(GpuError::TooLarge { what, bytes: bytes as u64, limit });

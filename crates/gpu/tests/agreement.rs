@@ -100,7 +100,7 @@ impl Case {
                 ));
             }
             *worst = (&out - &plain.output).iter().fold(0.0f32, |m, d| m.max(d.abs()));
-            if !(*worst <= TOLERANCE) {
+            if worst.is_nan() || *worst > TOLERANCE {
                 return Err(format!(
                     "{}: |GPU − plain| = {worst:e} > {TOLERANCE:e}",
                     kernel.name()
