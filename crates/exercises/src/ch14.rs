@@ -494,7 +494,7 @@ mod tests {
         let check = |o: Online| check_online_row(move |s, ok, v| o.run(s, ok, v));
         assert_eq!(check(RIGHT), Ok(()));
         // Another correct answer on the CPU: m started at f32::MIN, the most negative finite
-        // f32. f32::MIN − s rounds to f32::MIN (or to −∞ for s above about 1e38), whose exp is
+        // f32. f32::MIN − s rounds to f32::MIN (or to −∞ for s above about 1e31), whose exp is
         // 0, so the first visible key replaces it. A WGSL compiler may assume that no
         // arithmetic overflows to an infinity, which is why the kernels use the flag instead.
         assert_eq!(check(Online { start: Some(f32::MIN), ..RIGHT }), Ok(()));

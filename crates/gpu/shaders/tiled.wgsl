@@ -71,7 +71,8 @@ fn tiled(
         if seen != 0u {
             // S = q·K_tileᵀ/√d_k for the visible keys, and their maximum.
             var s: array<f32, B_K>;
-            var tile_max = -3.0e38; // below any score; replaced by the first visible one
+            // f32's lowest finite value: no score is below it, so tile_max ends as one.
+            var tile_max = -3.4028234e38;
             for (var jj = 0u; jj < n_k; jj++) {
                 if ((seen >> jj) & 1u) == 1u {
                     var dot_qk = 0.0;

@@ -24,7 +24,8 @@ pub enum GpuError {
     #[error(
         "no GPU adapter: {reason}. Install a Vulkan driver; on a machine without a GPU, Mesa's \
          software one runs the kernels on the CPU (Debian/Ubuntu: apt-get install \
-         mesa-vulkan-drivers)"
+         mesa-vulkan-drivers); on macOS this build has no backend (wgpu's Vulkan there needs \
+         MoltenVK and its vulkan-portability feature)"
     )]
     NoAdapter {
         /// What wgpu said.

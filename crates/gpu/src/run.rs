@@ -132,7 +132,8 @@ impl Gpu {
     ///
     /// Errors: the plain path's shape errors, a head wider than [`MAX_D`], a tensor or a
     /// dispatch beyond the device's limits, the tiled kernel on a device with too little
-    /// workgroup memory, or an error the device reports.
+    /// workgroup memory, a problem lavapipe's loop limit would cut short
+    /// ([`loop_iterations`]), or an error the device reports.
     ///
     /// ```
     /// # fn main() -> gpu::Result<()> {
@@ -251,9 +252,13 @@ impl Gpu {
         // Rows padded with zeros to whole vec4s (a dot product does not change).
         let (d_k4, d_v4) = (d_k.div_ceil(4), d_v.div_ceil(4));
         let out_len = count * l_q * d_v4 * 4;
-        let inputs = [("q", padded(q, d_k4)), ("k", padded(k, d_k4)), ("v", padded(v, d_v4))];
-        let sizes = inputs.iter().map(|(what, data)| (*what, data.len() * 4));
-        let sizes = sizes.chain([("mask", mask.len() * 4), ("output", out_len * 4)]);
+        let sizes = [
+            ("q", count * l_q * d_k4 * 16),
+            ("k", count * l_k * d_k4 * 16),
+            ("v", count * l_k * d_v4 * 16),
+            ("mask", mask.len() * 4),
+            ("output", out_len * 4),
+        ];
         // ANCHOR: checks
         let limit =
             self.limits.max_storage_buffer_binding_size.min(self.limits.max_buffer_size);
@@ -263,6 +268,7 @@ impl Gpu {
             }
         }
         // ANCHOR_END: checks
+        let inputs = [("q", padded(q, d_k4)), ("k", padded(k, d_k4)), ("v", padded(v, d_v4))];
         let pipeline = self.pipeline(kernel, d_k4, d_v4)?;
         let (output, kernel_ms) =
             self.dispatch(&pipeline, &params, &inputs, &mask, out_len, (blocks, count))?;
@@ -291,9 +297,9 @@ impl Gpu {
     }
 
     /// Runs `shaders/loop_count.wgsl`: one invocation makes a loop of `n` iterations and
-    /// returns how many it made. `n` on a GPU; on lavapipe at most about
-    /// [`LAVAPIPE_LOOP_LIMIT`], the software driver's guard against loops that never end, which
-    /// is why [`Gpu::attend`] refuses problems that would need more.
+    /// returns how many it made: `n` on a GPU; on lavapipe `min(n, 65535)` (measured on Mesa
+    /// 22.3.6), [`LAVAPIPE_LOOP_LIMIT`], the software driver's guard against loops that never
+    /// end, which is why [`Gpu::attend`] refuses problems that would need more.
     ///
     /// ```
     /// # fn main() -> gpu::Result<()> {
