@@ -330,24 +330,13 @@ struct Timing {
 
 /// The committed measurement: its `#` header lines and its rows.
 fn committed_timings() -> Result<(Vec<String>, Vec<Timing>), Box<dyn Error>> {
-    let mut header = Vec::new();
+    let (header, fields) = timing::committed_csv(TIMINGS_CSV);
     let mut rows = Vec::new();
-    for line in TIMINGS_CSV.lines() {
-        if let Some(comment) = line.strip_prefix('#') {
-            header.push(comment.trim().to_string());
-        } else if line.starts_with("position") || line.trim().is_empty() {
-            continue;
-        } else {
-            let fields: Vec<&str> = line.split(',').collect();
-            let [position, cached, uncached] = fields[..] else {
-                return Err(format!("{TIMINGS_PATH}: a row must have 3 fields: {line}").into());
-            };
-            rows.push(Timing {
-                position: position.parse()?,
-                cached_ms: cached.parse()?,
-                uncached_ms: uncached.parse()?,
-            });
-        }
+    for row in fields {
+        let [position, cached, uncached] = row[..] else {
+            return Err(format!("{TIMINGS_PATH}: a row must have 3 fields: {}", row.join(",")).into());
+        };
+        rows.push(Timing { position: position.parse()?, cached_ms: cached.parse()?, uncached_ms: uncached.parse()? });
     }
     Ok((header, rows))
 }

@@ -221,28 +221,23 @@ const SWEEP_TOLERANCE: f64 = 1e-4;
 
 /// The committed measurement: its `#` header lines and its rows.
 fn committed_timings() -> Result<(Vec<String>, Vec<Timing>), Box<dyn Error>> {
-    let mut header = Vec::new();
+    let (header, fields) = timing::committed_csv(TIMINGS_CSV);
+    let optional = |s: &str| -> Result<Option<f64>, Box<dyn Error>> {
+        Ok(if s.is_empty() { None } else { Some(s.parse()?) })
+    };
     let mut rows = Vec::new();
-    for line in TIMINGS_CSV.lines() {
-        if let Some(comment) = line.strip_prefix('#') {
-            header.push(comment.trim().to_string());
-        } else if line != CSV_COLUMNS && !line.trim().is_empty() {
-            let f: Vec<&str> = line.split(',').collect();
-            let [l, causal, cpu, nk, nt, tk, tt, diff] = f[..] else {
-                return Err(format!("{TIMINGS_PATH}: a row must have 8 fields: {line}").into());
-            };
-            let optional = |s: &str| -> Result<Option<f64>, Box<dyn Error>> {
-                Ok(if s.is_empty() { None } else { Some(s.parse()?) })
-            };
-            rows.push(Timing {
-                l: l.parse()?,
-                causal: causal == "yes",
-                cpu_tiled: cpu.parse()?,
-                naive: KernelTime { kernel: optional(nk)?, total: optional(nt)? },
-                tiled: KernelTime { kernel: optional(tk)?, total: optional(tt)? },
-                max_diff: optional(diff)?,
-            });
-        }
+    for row in fields {
+        let [l, causal, cpu, nk, nt, tk, tt, diff] = row[..] else {
+            return Err(format!("{TIMINGS_PATH}: a row must have 8 fields: {}", row.join(",")).into());
+        };
+        rows.push(Timing {
+            l: l.parse()?,
+            causal: causal == "yes",
+            cpu_tiled: cpu.parse()?,
+            naive: KernelTime { kernel: optional(nk)?, total: optional(nt)? },
+            tiled: KernelTime { kernel: optional(tk)?, total: optional(tt)? },
+            max_diff: optional(diff)?,
+        });
     }
     Ok((header, rows))
 }
@@ -343,8 +338,8 @@ fn sweep(gpu: &Gpu, cli: &Cli) -> Result<Vec<Timing>, Box<dyn Error>> {
                     .collect::<Result<Vec<_>, GpuError>>()?;
                 let kernel_ms = runs.iter().map(|t| t.kernel_ms).collect::<Option<Vec<f64>>>();
                 *time = KernelTime {
-                    kernel: kernel_ms.map(median),
-                    total: Some(median(runs.iter().map(|t| t.total_ms).collect())),
+                    kernel: kernel_ms.map(timing::median),
+                    total: Some(timing::median(runs.iter().map(|t| t.total_ms).collect())),
                 };
             }
             let [naive, tiled] = times;
@@ -354,12 +349,6 @@ fn sweep(gpu: &Gpu, cli: &Cli) -> Result<Vec<Timing>, Box<dyn Error>> {
         }
     }
     Ok(rows)
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    let mid = v.len() / 2;
-    if v.len() % 2 == 1 { v[mid] } else { (v[mid - 1] + v[mid]) / 2.0 }
 }
 
 /// How the committed file says the times were taken: "one run" or "median of N runs".

@@ -10,16 +10,41 @@ use std::time::Instant;
 /// (at least once), and returns the median time of those runs in milliseconds.
 pub fn median_ms<T>(runs: usize, mut f: impl FnMut() -> T) -> f64 {
     std::hint::black_box(f());
-    let mut times: Vec<f64> = (0..runs.max(1))
+    let times: Vec<f64> = (0..runs.max(1))
         .map(|_| {
             let start = Instant::now();
             std::hint::black_box(f());
             start.elapsed().as_secs_f64() * 1e3
         })
         .collect();
-    times.sort_by(f64::total_cmp);
-    let mid = times.len() / 2;
-    if times.len() % 2 == 1 { times[mid] } else { (times[mid - 1] + times[mid]) / 2.0 }
+    median(times)
+}
+
+/// The median of `values` (at least one), the mean of the middle two for an even count.
+pub fn median(mut values: Vec<f64>) -> f64 {
+    values.sort_by(f64::total_cmp);
+    let mid = values.len() / 2;
+    if values.len() % 2 == 1 { values[mid] } else { (values[mid - 1] + values[mid]) / 2.0 }
+}
+
+/// A committed measurement (`examples/data/*.csv`): its `#` header lines, without the `#`, and
+/// the fields of each data row; the column names' line (the first line that is not a comment)
+/// and blank lines are skipped.
+#[allow(dead_code)] // not every timing example reads a committed measurement
+pub fn committed_csv(text: &str) -> (Vec<String>, Vec<Vec<&str>>) {
+    let mut header = Vec::new();
+    let mut rows = Vec::new();
+    let mut columns_seen = false;
+    for line in text.lines() {
+        if let Some(comment) = line.strip_prefix('#') {
+            header.push(comment.trim().to_string());
+        } else if !columns_seen {
+            columns_seen = true;
+        } else if !line.trim().is_empty() {
+            rows.push(line.split(',').collect());
+        }
+    }
+    (header, rows)
 }
 
 /// This machine: the CPU's model name (from `/proc/cpuinfo`) and the SIMD features the GEMM

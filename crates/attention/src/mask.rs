@@ -263,6 +263,28 @@ impl Mask {
     }
     // ANCHOR_END: to_additive
 
+    /// The mask broadcast to the scores' shape `(..., L_q, L_k)`, as PyTorch broadcasts
+    /// `attn_mask`; an error naming both shapes if it does not broadcast. For code that reads
+    /// the mask its own way (the tiled path, chapter 14's GPU kernels).
+    ///
+    /// ```
+    /// use attention::mask::Mask;
+    ///
+    /// let causal = Mask::causal(3);
+    /// assert_eq!(causal.broadcast_to(&[2, 8, 3, 3]).unwrap().shape(), &[2, 8, 3, 3]);
+    /// let err = causal.broadcast_to(&[3, 4]).unwrap_err();
+    /// assert_eq!(
+    ///     err.to_string(),
+    ///     "mask has shape [3, 3], which does not broadcast to the scores' shape [3, 4]"
+    /// );
+    /// ```
+    pub fn broadcast_to(&self, scores: &[usize]) -> Result<ArrayViewD<'_, bool>> {
+        self.allowed.broadcast(IxDyn(scores)).ok_or_else(|| AttentionError::MaskShape {
+            mask: self.allowed.shape().to_vec(),
+            scores: scores.to_vec(),
+        })
+    }
+
     /// Sets every blocked score to −∞, in place. The mask must broadcast to the scores' shape
     /// `(..., L_q, L_k)`.
     ///

@@ -340,8 +340,7 @@ pub(crate) fn forward<A: Float, D: Dimension>(
     let count: usize = lead.iter().product();
     let mut scores_shape = lead.to_vec();
     scores_shape.extend([l_q, l_k]);
-    let mask = masking_array(masking);
-    let masks = mask.as_ref().map(|mask| mask_matrices(mask, &scores_shape)).transpose()?;
+    let masks = mask_matrices(masking, &scores_shape)?;
     let q3 = q.to_shape((count, l_q, d_k)).expect("leading axes collapse into one");
     let k3 = k.to_shape((count, l_k, d_k)).expect("leading axes collapse into one");
     let v3 = v.to_shape((count, l_k, d_v)).expect("leading axes collapse into one");
@@ -417,26 +416,17 @@ pub(crate) fn unflatten<A, E: Dimension, F: Dimension>(
         .expect("the number of axes of the result")
 }
 
-/// The boolean array of `masking`, if it is a mask.
-pub(crate) fn masking_array<'a>(masking: Masking<'a>) -> Option<ArrayViewD<'a, bool>> {
-    match masking {
-        Masking::Mask(mask) => Some(mask.as_array()),
-        _ => None,
-    }
-}
-
-/// A mask broadcast to the scores' shape `(lead..., L_q, L_k)`, as one `(L_q, L_k)` matrix per
-/// matrix of the stack; an error naming both shapes if it does not broadcast.
+/// The mask of `masking`, if it is one, broadcast to the scores' shape `(lead..., L_q, L_k)`
+/// as one `(L_q, L_k)` matrix per matrix of the stack; an error naming both shapes if it does
+/// not broadcast.
 pub(crate) fn mask_matrices<'m>(
-    mask: &'m ArrayViewD<'_, bool>,
+    masking: Masking<'m>,
     scores_shape: &[usize],
-) -> Result<Vec<ArrayView2<'m, bool>>> {
-    let allowed =
-        mask.broadcast(IxDyn(scores_shape)).ok_or_else(|| AttentionError::MaskShape {
-            mask: mask.shape().to_vec(),
-            scores: scores_shape.to_vec(),
-        })?;
-    Ok(matrices(allowed))
+) -> Result<Option<Vec<ArrayView2<'m, bool>>>> {
+    match masking {
+        Masking::Mask(mask) => Ok(Some(matrices(mask.broadcast_to(scores_shape)?))),
+        _ => Ok(None),
+    }
 }
 
 /// The keys the queries `rows` of matrix `b` may see.

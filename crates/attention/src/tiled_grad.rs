@@ -55,8 +55,7 @@ use crate::float::Float;
 use crate::grad::SdpaGrads;
 use crate::shapes::check_qkv;
 use crate::tiled::{
-    self, Masking, Tiles, Visible, exp_in_place, mask_matrices, mask_tile, masking_array,
-    unflatten, visible,
+    self, Masking, Tiles, Visible, exp_in_place, mask_matrices, mask_tile, unflatten, visible,
 };
 
 /// [`tiled_sdpa_batched`](crate::tiled::tiled_sdpa_batched) that also returns the row
@@ -196,8 +195,7 @@ pub fn tiled_sdpa_backward<A: Float, D: Dimension>(
     }
     let mut scores_shape = lead.to_vec();
     scores_shape.extend([l_q, l_k]);
-    let mask = masking_array(masking);
-    let masks = mask.as_ref().map(|mask| mask_matrices(mask, &scores_shape)).transpose()?;
+    let masks = mask_matrices(masking, &scores_shape)?;
 
     let count: usize = lead.iter().product();
     let q3 = q.to_shape((count, l_q, d_k)).expect("leading axes collapse into one");

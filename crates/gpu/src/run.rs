@@ -4,7 +4,7 @@
 
 use std::time::Instant;
 
-use attention::error::AttentionError;
+use attention::mask::Mask;
 use attention::sdpa::check_shapes;
 use attention::tiled::Masking;
 use ndarray::{Array, ArrayRef, Dimension, IxDyn};
@@ -43,7 +43,7 @@ struct Params {
 impl Params {
     fn bytes(&self) -> Vec<u8> {
         let words = [self.l_q, self.l_k, self.masking, self.mask_words, self.scale.to_bits()];
-        words.iter().chain(&self._pad).flat_map(|w| w.to_le_bytes()).collect()
+        le_bytes(words.into_iter().chain(self._pad))
     }
 }
 
@@ -210,7 +210,7 @@ impl Gpu {
             Masking::Mask(mask) => {
                 let mut scores = lead.to_vec();
                 scores.extend([l_q, l_k]);
-                (2, mask_bits(mask.as_array(), &scores, mask_words)?)
+                (2, mask_bits(mask, &scores, mask_words)?)
             }
         };
         // ANCHOR: checks
@@ -408,7 +408,7 @@ impl Gpu {
         &self,
         pipeline: &wgpu::ComputePipeline,
         params: &Params,
-        inputs: &[(&str, Vec<f32>); 3],
+        inputs: &[(&str, Vec<u8>); 3],
         mask: &[u32],
         out_len: usize,
         groups: (usize, usize),
@@ -425,7 +425,7 @@ impl Gpu {
         let storage = wgpu::BufferUsages::STORAGE;
         let mut buffers = vec![upload("params", &params.bytes(), wgpu::BufferUsages::UNIFORM)];
         for (label, data) in inputs {
-            buffers.push(upload(label, &le_bytes(data.iter().map(|x| x.to_bits())), storage));
+            buffers.push(upload(label, data, storage));
         }
         buffers.push(upload("mask", &le_bytes(mask.iter().copied()), storage));
         let out_bytes = (out_len * 4) as u64;
@@ -474,7 +474,7 @@ impl Gpu {
             _ => None,
         };
         scopes.pop()?; // the device's own error first: it explains a failed read-back
-        Ok((bytemuck_f32(&output?), kernel_ms.transpose()?))
+        Ok((f32s_from_le(&output?), kernel_ms.transpose()?))
     }
     // ANCHOR_END: dispatch
 }
@@ -532,14 +532,15 @@ fn binding_entry(i: u32) -> wgpu::BindGroupLayoutEntry {
     }
 }
 
-/// The tensor's rows in row-major order, each padded with zeros to `d4` vec4s.
-fn padded<D: Dimension>(a: &ArrayRef<f32, D>, d4: usize) -> Vec<f32> {
+/// The tensor's rows in row-major order, each padded with zeros to `d4` vec4s, as the
+/// little-endian bytes of a storage buffer.
+fn padded(a: &ArrayRef<f32, impl Dimension>, d4: usize) -> Vec<u8> {
     let d = a.shape()[a.ndim() - 1];
-    let mut out = Vec::with_capacity(a.len() / d * d4 * 4);
+    let mut out = Vec::with_capacity(a.len() / d * d4 * 16);
     for (n, &x) in a.iter().enumerate() {
-        out.push(x);
+        out.extend(x.to_le_bytes());
         if n % d == d - 1 {
-            out.resize(out.len() + d4 * 4 - d, 0.0); // the row's padding
+            out.resize(out.len() + (d4 * 4 - d) * 4, 0); // the row's padding (0.0 is all zeros)
         }
     }
     out
@@ -576,21 +577,14 @@ fn le_bytes(words: impl Iterator<Item = u32>) -> Vec<u8> {
 }
 
 /// Little-endian bytes back to `f32`.
-fn bytemuck_f32(bytes: &[u8]) -> Vec<f32> {
+fn f32s_from_le(bytes: &[u8]) -> Vec<f32> {
     bytes.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect()
 }
 
 /// The mask broadcast to the scores' shape `(..., L_q, L_k)`, one bit per score, each row
 /// starting a new word of 32: bit `j % 32` of word `j / 32` is key `j`.
-fn mask_bits(
-    mask: ndarray::ArrayViewD<'_, bool>,
-    scores: &[usize],
-    words: usize,
-) -> Result<Vec<u32>> {
-    let allowed = mask.broadcast(IxDyn(scores)).ok_or_else(|| AttentionError::MaskShape {
-        mask: mask.shape().to_vec(),
-        scores: scores.to_vec(),
-    })?;
+fn mask_bits(mask: &Mask, scores: &[usize], words: usize) -> Result<Vec<u32>> {
+    let allowed = mask.broadcast_to(scores)?;
     let l_k = scores[scores.len() - 1];
     let rows = allowed.len() / l_k;
     let flat = allowed.to_shape((rows, l_k)).expect("a broadcast view flattens");
