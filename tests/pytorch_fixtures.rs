@@ -22,13 +22,16 @@ use attention::alibi::{alibi_bias, alibi_slopes};
 use attention::exact;
 use attention::gqa::{GroupedQueryAttention, sdpa_gqa};
 use attention::grad::sdpa_backward;
+use attention::kernel::Simd;
 use attention::mask::Mask;
 use attention::multihead::MultiHeadAttention;
 use attention::rope::{Rope, RopeLayout};
 use attention::scores::scaled_scores_batched;
 use attention::sdpa::{sdpa, sdpa_batched};
 use attention::softmax::softmax;
-use attention::tiled::{Masking, Tiles, tiled_sdpa, tiled_sdpa_batched};
+use attention::tiled::{
+    Masking, Tiles, tiled_sdpa, tiled_sdpa_batched, tiled_sdpa_batched_on,
+};
 use attention::tiled_grad::{tiled_sdpa_backward, tiled_sdpa_with_lse};
 use ndarray::{ArrayD, Axis, Ix2, Ix3, IxDyn};
 use ndarray_npy::{ReadableElement, read_npy};
@@ -150,6 +153,16 @@ fn check_tiled_case<A: Float + ReadableElement>(
             let what = format!("tiled output ({masking:?}, {tiles:?})");
             assert_close(dir, &format!("{what} vs PyTorch"), &tiled, &torch, tolerance);
             assert_close(dir, &format!("{what} vs the plain path"), &tiled, plain, tolerance);
+            for simd in Simd::supported() {
+                let on = tiled_sdpa_batched_on(q, k, v, masking, tiles, simd).unwrap();
+                assert_close(
+                    dir,
+                    &format!("{what} in {simd:?} vs PyTorch"),
+                    &on,
+                    &torch,
+                    tolerance,
+                );
+            }
             if q.ndim() == 2 {
                 let two = tiled_sdpa(&two_d(q), &two_d(k), &two_d(v), masking, tiles)
                     .unwrap()

@@ -71,6 +71,7 @@ pub mod float;
 pub mod gqa;
 pub mod grad;
 pub mod inspect;
+pub mod kernel;
 pub mod layer_norm;
 pub mod learn;
 pub mod mask;

@@ -31,13 +31,14 @@
 
 use ndarray::{
     Array, Array1, Array2, Array3, ArrayRef, ArrayRef1, ArrayRef2, ArrayView2, ArrayViewD,
-    ArrayViewMut1, ArrayViewMut2, Axis, Dimension, IxDyn, Zip, linalg::general_mat_mul, s,
+    ArrayViewMut1, ArrayViewMut2, Axis, Dimension, IxDyn, ShapeBuilder, Zip, s,
 };
 use rayon::prelude::*;
 use std::any::TypeId;
 
 use crate::error::{AttentionError, Result};
 use crate::float::Float;
+use crate::kernel::{NR, PackedHead, Simd, exp_in_place, pv_panel, row_max, scores_panel};
 use crate::mask::Mask;
 use crate::shapes::check_qkv;
 
@@ -319,7 +320,34 @@ pub fn tiled_sdpa_batched<A: Float, D: Dimension>(
     masking: Masking,
     tiles: Tiles,
 ) -> Result<Array<A, D>> {
-    Ok(forward(q, k, v, masking, tiles, false)?.0)
+    Ok(forward(q, k, v, masking, tiles, false, Simd::chosen()?)?.0)
+}
+
+/// [`tiled_sdpa_batched`] with its inner loops in the build `simd` (an error if this processor
+/// cannot run it), instead of the one [`Simd::chosen`] picks: what the tests use to hold every
+/// build to the plain path's results.
+///
+/// ```
+/// use attention::{kernel::Simd, tiled::{tiled_sdpa_batched, tiled_sdpa_batched_on, Masking, Tiles}};
+/// use ndarray::Array3;
+///
+/// let x = Array3::from_shape_fn((2, 30, 8), |(h, i, j)| ((h + 3 * i + j) % 7) as f32 - 3.0);
+/// let best = tiled_sdpa_batched(&x, &x, &x, Masking::Causal, Tiles::default()).unwrap();
+/// for simd in Simd::supported() {
+///     let out = tiled_sdpa_batched_on(&x, &x, &x, Masking::Causal, Tiles::default(), simd);
+///     assert!((out.unwrap() - &best).iter().all(|d| d.abs() < 1e-5));
+/// }
+/// ```
+pub fn tiled_sdpa_batched_on<A: Float, D: Dimension>(
+    q: &ArrayRef<A, D>,
+    k: &ArrayRef<A, D>,
+    v: &ArrayRef<A, D>,
+    masking: Masking,
+    tiles: Tiles,
+    simd: Simd,
+) -> Result<Array<A, D>> {
+    let simd = Simd::parse(simd.name())?; // refuses a build this processor cannot run
+    Ok(forward(q, k, v, masking, tiles, false, simd)?.0)
 }
 
 /// The work of [`tiled_sdpa_batched`]; with `with_lse`, also the log-sum-exp of every row of
@@ -333,6 +361,27 @@ pub(crate) fn forward<A: Float, D: Dimension>(
     masking: Masking,
     tiles: Tiles,
     with_lse: bool,
+    simd: Simd,
+) -> Result<(Array<A, D>, Option<Array<A, D::Smaller>>)> {
+    let block = |x: &Block<A>, out: ArrayViewMut2<A>, scratch: &mut Scratch<A>| {
+        attend_block_on(simd, x, out, scratch)
+    };
+    forward_with(q, k, v, masking, tiles, with_lse, &block)
+}
+
+/// What [`attend_block`] is compiled into: one build of it.
+type BlockFn<'f, A> = dyn Fn(&Block<A>, ArrayViewMut2<A>, &mut Scratch<A>) + Sync + 'f;
+
+/// [`forward`] with `block` for each query block.
+#[allow(clippy::type_complexity)] // the output and, if asked for, the log-sum-exp
+fn forward_with<A: Float, D: Dimension>(
+    q: &ArrayRef<A, D>,
+    k: &ArrayRef<A, D>,
+    v: &ArrayRef<A, D>,
+    masking: Masking,
+    tiles: Tiles,
+    with_lse: bool,
+    block: &BlockFn<A>,
 ) -> Result<(Array<A, D>, Option<Array<A, D::Smaller>>)> {
     let (l_q, l_k, d_k, d_v) = check_qkv(q.shape(), k.shape(), v.shape())?;
     tiles.check()?;
@@ -369,26 +418,28 @@ pub(crate) fn forward<A: Float, D: Dimension>(
         }
     }
     let scale = A::one() / A::from_len(d_k).sqrt();
+    // Each head's keys and values, packed once for all its query blocks.
+    let packed: Vec<PackedHead<A>> = (0..count)
+        .into_par_iter()
+        .map(|b| {
+            PackedHead::new(k3.index_axis(Axis(0), b), v3.index_axis(Axis(0), b), tiles.tile_k)
+        })
+        .collect();
     // A short sequence needs less than a whole tile.
     let scratch = Tiles { block_q: tiles.block_q.min(l_q), tile_k: tiles.tile_k.min(l_k) };
     tasks.into_par_iter().for_each_init(
-        || Scratch::new(scratch),
+        || Scratch::new(scratch, d_k, d_v),
         |scratch, (b, i0, out_block, lse_block)| {
             let rows = i0..i0 + out_block.nrows();
-            let visible = visible(masks.as_deref(), masking, b, rows.clone());
-            let q_block = q3.slice(s![b, rows, ..]);
-            let (k, v) = (k3.index_axis(Axis(0), b), v3.index_axis(Axis(0), b));
-            attend_block(
-                &q_block,
-                &k,
-                &v,
-                visible,
+            let x = Block {
+                visible: visible(masks.as_deref(), masking, b, rows.clone()),
+                q: q3.slice(s![b, rows, ..]),
+                head: &packed[b],
                 i0,
                 scale,
-                tiles.tile_k,
-                out_block,
-                scratch,
-            );
+                tile_k: tiles.tile_k,
+            };
+            block(&x, out_block, scratch);
             // ANCHOR: write_lse
             if let Some(mut lse_block) = lse_block {
                 // Each row's final (m, l) is still in the scratch.
@@ -499,192 +550,186 @@ pub(crate) enum Visible<'a> {
 
 // ANCHOR_END: mask_tile
 
-/// What one thread reuses from task to task: the scores tile and the per-row `m` and `l`.
+/// What one thread reuses from task to task: the block's queries, one tile of scores, the
+/// unnormalised output, and the per-row `m` and `l`, with rows to spare for the padding of
+/// the last group of queries.
 struct Scratch<A> {
-    scores: Array2<A>,
+    q: Vec<A>,
+    scores: Vec<A>,
+    acc: Vec<A>,
     running: Vec<Running<A>>,
+    scores_stride: usize,
 }
 
+/// The most queries a micro-kernel takes at once (see [`attend_block_on`]).
+const MR_MAX: usize = 8;
+
 impl<A: Float> Scratch<A> {
-    fn new(tiles: Tiles) -> Self {
+    fn new(tiles: Tiles, d_k: usize, d_v: usize) -> Self {
+        let rows = tiles.block_q + MR_MAX;
+        let scores_stride = tiles.tile_k.next_multiple_of(NR);
         Scratch {
-            scores: Array2::zeros((tiles.block_q, tiles.tile_k)),
+            q: vec![A::zero(); rows * d_k],
+            scores: vec![A::zero(); rows * scores_stride],
+            acc: vec![A::zero(); rows * d_v.next_multiple_of(NR)],
             running: vec![Running::new(); tiles.block_q],
+            scores_stride,
         }
     }
 }
 
-/// One query block against all the keys it may see: `out` receives the block's output rows.
-#[allow(clippy::too_many_arguments)]
-// ANCHOR: attend_block
-fn attend_block<A: Float>(
-    q: &ArrayRef2<A>,
-    k: &ArrayRef2<A>,
-    v: &ArrayRef2<A>,
-    visible: Visible,
+/// One query block's task: its queries, its head's packed keys and values, which keys it may
+/// see, and where it starts.
+struct Block<'a, A> {
+    q: ArrayView2<'a, A>,
+    head: &'a PackedHead<A>,
+    visible: Visible<'a>,
     i0: usize,
     scale: A,
     tile_k: usize,
+}
+
+/// [`attend_block`] in the build `simd` names, `MR` queries per micro-kernel call chosen so
+/// that `MR × 16` sums fill about half the vector registers.
+fn attend_block_on<A: Float>(
+    simd: Simd,
+    x: &Block<A>,
+    out: ArrayViewMut2<A>,
+    scratch: &mut Scratch<A>,
+) {
+    match simd {
+        // SAFETY: `Simd::chosen` only picks a build the processor supports.
+        #[cfg(target_arch = "x86_64")]
+        Simd::Avx512 => unsafe { attend_block_avx512(x, out, scratch) },
+        // SAFETY: as above.
+        #[cfg(target_arch = "x86_64")]
+        Simd::Avx2 => unsafe { attend_block_avx2(x, out, scratch) },
+        _ if is_f32::<A>() => attend_block::<A, 2, false>(x, out, scratch),
+        _ => attend_block::<A, 1, false>(x, out, scratch),
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+fn attend_block_avx512<A: Float>(x: &Block<A>, out: ArrayViewMut2<A>, s: &mut Scratch<A>) {
+    if is_f32::<A>() {
+        attend_block::<A, 8, true>(x, out, s) // 8 rows × 1 register of 16 lanes
+    } else {
+        attend_block::<A, 4, true>(x, out, s) // 4 rows × 2 registers of 8 lanes
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+fn attend_block_avx2<A: Float>(x: &Block<A>, out: ArrayViewMut2<A>, s: &mut Scratch<A>) {
+    if is_f32::<A>() {
+        attend_block::<A, 4, true>(x, out, s) // 4 rows × 2 registers of 8 lanes
+    } else {
+        attend_block::<A, 2, true>(x, out, s) // 2 rows × 4 registers of 4 lanes
+    }
+}
+
+fn is_f32<A: 'static>() -> bool {
+    TypeId::of::<A>() == TypeId::of::<f32>()
+}
+
+/// One query block against all the keys it may see: `out` receives the block's output rows.
+///
+/// The queries go `MR` at a time through the micro-kernels (the last group padded with zero
+/// queries, whose rows are computed and never read); the keys a tile at a time, 16 per panel.
+// ANCHOR: attend_block
+#[inline(always)]
+fn attend_block<A: Float, const MR: usize, const FMA: bool>(
+    x: &Block<A>,
     mut out: ArrayViewMut2<A>,
     scratch: &mut Scratch<A>,
 ) {
-    let n_q = q.nrows();
-    let end = match visible {
-        Visible::Causal => causal_end(i0, n_q, k.nrows()),
-        _ => k.nrows(),
+    let ((n_q, d_k), head) = (x.q.dim(), x.head);
+    let (s_stride, o_stride) = (scratch.scores_stride, head.values_stride());
+    let end = match x.visible {
+        Visible::Causal => causal_end(x.i0, n_q, head.len()),
+        _ => head.len(),
     };
+    let rows = n_q.next_multiple_of(MR);
+    let q = &mut scratch.q[..rows * d_k];
+    q.fill(A::zero());
+    for (to, query) in q.chunks_exact_mut(d_k).zip(x.q.rows()) {
+        to.iter_mut().zip(query).for_each(|(to, &x)| *to = x);
+    }
+    // The unnormalised output Σ exp(s − m)·v, built up tile by tile.
+    let acc = &mut scratch.acc[..rows * o_stride];
+    acc.fill(A::zero());
     let running = &mut scratch.running[..n_q];
     running.fill(Running::new());
-    out.fill(A::zero()); // the unnormalised output Σ exp(s − m)·v, built up tile by tile
-    for j0 in (0..end).step_by(tile_k) {
-        let j1 = (j0 + tile_k).min(end);
-        if let Visible::Mask(allowed) = visible
+    for j0 in (0..end).step_by(x.tile_k) {
+        let j1 = (j0 + x.tile_k).min(end);
+        if let Visible::Mask(allowed) = x.visible
             && !allowed.slice(s![.., j0..j1]).iter().any(|&ok| ok)
         {
             continue; // a tile no query of the block may see adds nothing
         }
-        let mut p = scratch.scores.slice_mut(s![..n_q, ..j1 - j0]);
-        // S = Q_blk · K_tileᵀ / √d_k, written into the existing tile buffer.
-        general_mat_mul(scale, q, &k.slice(s![j0..j1, ..]).t(), A::zero(), &mut p);
-        mask_tile(&mut p, visible, i0, j0);
-        for ((mut p_row, run), mut out_row) in
-            p.rows_mut().into_iter().zip(running.iter_mut()).zip(out.rows_mut())
+        let n_k = j1 - j0;
+        let keys = &head.keys()[j0 / x.tile_k * head.tile_stride()..];
+        let s = &mut scratch.scores[..rows * s_stride];
+        // S = Q_blk · K_tileᵀ / √d_k, MR queries × 16 keys at a time.
+        for (g, queries) in q.chunks_exact(MR * d_k).enumerate() {
+            for (panel, kt) in keys.chunks_exact(NR * d_k).take(n_k.div_ceil(NR)).enumerate() {
+                let s_at = &mut s[g * MR * s_stride + panel * NR..];
+                scores_panel::<A, MR, FMA>(queries, kt, d_k, x.scale, s_at, s_stride);
+            }
+        }
+        let shape = (n_q, n_k).strides((s_stride, 1));
+        let mut p = ArrayViewMut2::from_shape(shape, &mut s[..]).expect("the tile buffer");
+        mask_tile(&mut p, x.visible, x.i0, j0);
+        for ((mut p_row, run), acc_row) in p
+            .rows_mut()
+            .into_iter()
+            .zip(running.iter_mut())
+            .zip(acc.chunks_exact_mut(o_stride))
         {
-            let tile_max = p_row.fold(A::neg_infinity(), |m, &x| m.max(x));
-            let max = run.max.max(tile_max);
+            let p_row = p_row.as_slice_mut().expect("a row of the tile buffer");
+            let tile_max = row_max(p_row); // NaN ignored, as softmax_row does
+            let max = if tile_max > run.max { tile_max } else { run.max };
             if max == A::neg_infinity() {
+                if p_row.iter().any(|s| s.is_nan()) {
+                    run.sum = A::nan(); // NaN poisons the row, if it sees any key
+                }
                 p_row.fill(A::zero()); // nothing visible yet in this row
                 continue;
             }
             // 0 on the first visible tile, 1 if the max held.
             let rescale = (run.max - max).exp();
             // P = exp(S − m'), in place (`max` is the new maximum m').
-            let p_slice = p_row.as_slice_mut().expect("a row of the tile buffer");
-            let tile_sum = exp_in_place(p_slice, max);
+            let tile_sum = exp_in_place::<A, FMA>(p_row, max);
             run.sum = run.sum * rescale + tile_sum;
             run.max = max;
             if rescale != A::one() {
                 // Earlier tiles were summed against the old max.
-                out_row.mapv_inplace(|o| o * rescale);
+                acc_row.iter_mut().for_each(|o| *o = *o * rescale);
             }
         }
-        // U += P · V_tile
-        general_mat_mul(A::one(), &p, &v.slice(s![j0..j1, ..]), A::one(), &mut out);
+        // U += P · V_tile, MR rows × 16 columns at a time.
+        let values = &head.values()[j0 * o_stride..];
+        for (g, acc_rows) in acc.chunks_exact_mut(MR * o_stride).enumerate() {
+            let p_rows = &s[g * MR * s_stride..];
+            for c in (0..o_stride).step_by(NR) {
+                let (v, o) = (&values[c..], &mut acc_rows[c..]);
+                pv_panel::<A, MR, FMA>(p_rows, s_stride, n_k, v, o_stride, o, o_stride);
+            }
+        }
     }
-    for (mut out_row, run) in out.rows_mut().into_iter().zip(running.iter()) {
-        if run.sum > A::zero() {
-            out_row.mapv_inplace(|o| o / run.sum); // normalise once, at the end
-        } else {
+    for ((mut out_row, run), acc_row) in
+        out.rows_mut().into_iter().zip(running.iter()).zip(acc.chunks_exact(o_stride))
+    {
+        if run.max == A::neg_infinity() {
             out_row.fill(A::zero()); // a query that sees no key: zero output, as sdpa gives
+        } else {
+            // Normalise once, at the end.
+            out_row.iter_mut().zip(acc_row).for_each(|(o, &a)| *o = a / run.sum);
         }
     }
 }
 // ANCHOR_END: attend_block
-
-/// Replaces every `s` of `row` by `exp(s − max)` (−∞ becomes 0) and returns their sum.
-///
-/// This is where tiled attention spends half its time, so `f32` gets a fast `exp` that the
-/// compiler can vectorise ([`exp_f32`]); `f64` keeps the standard library's, accurate to the
-/// last bit, so that it matches the plain path within `1e-12`.
-// ANCHOR: fast_exp
-pub(crate) fn exp_in_place<A: Float>(row: &mut [A], max: A) -> A {
-    if TypeId::of::<A>() == TypeId::of::<f32>() {
-        // SAFETY: A is f32 (same TypeId), so the slice has f32's layout.
-        let row = unsafe { &mut *(row as *mut [A] as *mut [f32]) };
-        let sum = exp_in_place_f32(row, max.to_f32().expect("A is f32"));
-        return A::from_f32(sum).expect("A is f32");
-    }
-    let mut sum = A::zero();
-    for s in row.iter_mut() {
-        *s = (*s - max).exp();
-        sum = sum + *s;
-    }
-    sum
-}
-
-// ANCHOR_END: fast_exp
-/// [`exp_in_place`] for `f32`, compiled for the widest vector unit the processor has
-/// (AVX-512, AVX2 with FMA, or the SSE2 every x86-64 has), chosen at run time.
-// ANCHOR: fast_exp
-fn exp_in_place_f32(row: &mut [f32], max: f32) -> f32 {
-    #[cfg(target_arch = "x86_64")]
-    {
-        if std::arch::is_x86_feature_detected!("avx512f") {
-            // SAFETY: the processor has AVX-512F.
-            return unsafe { exp_in_place_avx512(row, max) };
-        }
-        if std::arch::is_x86_feature_detected!("avx2")
-            && std::arch::is_x86_feature_detected!("fma")
-        {
-            // SAFETY: the processor has AVX2 and FMA.
-            return unsafe { exp_in_place_avx2(row, max) };
-        }
-    }
-    exp_in_place_lanes(row, max)
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f")]
-fn exp_in_place_avx512(row: &mut [f32], max: f32) -> f32 {
-    exp_in_place_lanes(row, max)
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-fn exp_in_place_avx2(row: &mut [f32], max: f32) -> f32 {
-    exp_in_place_lanes(row, max)
-}
-
-// ANCHOR_END: fast_exp
-/// The loop itself, written so that it vectorises: 16 independent partial sums.
-// ANCHOR: fast_exp
-#[inline(always)]
-fn exp_in_place_lanes(row: &mut [f32], max: f32) -> f32 {
-    const LANES: usize = 16;
-    let mut partial = [0.0_f32; LANES];
-    let mut chunks = row.chunks_exact_mut(LANES);
-    for chunk in &mut chunks {
-        for (s, acc) in chunk.iter_mut().zip(partial.iter_mut()) {
-            *s = exp_f32(*s - max);
-            *acc += *s;
-        }
-    }
-    let mut sum: f32 = partial.iter().sum();
-    for s in chunks.into_remainder() {
-        *s = exp_f32(*s - max);
-        sum += *s;
-    }
-    sum
-}
-
-// ANCHOR_END: fast_exp
-/// `exp(x)` for `x ≤ 0` in `f32`, branch-free so that loops over it vectorise:
-/// `x = n·ln 2 + r` with `n` the integer nearest `x·log₂e` and `|r| ≤ ½ ln 2` (`r` computed
-/// with `ln 2` split in two parts, so it is exact to `f32` rounding); `2^n` is built in the
-/// exponent bits and `exp(r)` is its Taylor series to degree 7 (truncation error below
-/// `1e-8`). Results below `2^-126`, and `exp(−∞)`, are 0.
-// ANCHOR: fast_exp
-#[inline(always)]
-fn exp_f32(x: f32) -> f32 {
-    // 1.5·2^23: adding it rounds to an integer in the low mantissa bits.
-    const ROUND: f32 = 12_582_912.0;
-    const LN2_HI: f32 = 0.693_359_4; // ln 2 = LN2_HI + LN2_LO, LN2_HI with few mantissa bits
-    const LN2_LO: f32 = -2.121_944_4e-4;
-    let t = (x * std::f32::consts::LOG2_E).max(-126.0);
-    let rounded = t + ROUND;
-    let n = rounded - ROUND; // the integer nearest x·log₂e
-    let r = (x.max(-88.0) - n * LN2_HI) - n * LN2_LO;
-    // n as a two's complement integer.
-    let n_bits = rounded.to_bits().wrapping_sub(ROUND.to_bits());
-    let two_n = f32::from_bits(n_bits.wrapping_add(127) << 23);
-    let p = 1.0
-        + r * (1.0
-            + r * (0.5
-                + r * (1.0 / 6.0
-                    + r * (1.0 / 24.0 + r * (1.0 / 120.0 + r * (1.0 / 720.0 + r / 5040.0))))));
-    if x * std::f32::consts::LOG2_E < -126.0 { 0.0 } else { two_n * p }
-}
-// ANCHOR_END: fast_exp
 
 /// Sets the blocked scores of one tile (rows = queries from `i0`, columns = keys from `j0`)
 /// to −∞.
@@ -721,27 +766,95 @@ pub(crate) fn mask_tile<A: Float>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::sdpa::sdpa_batched;
+    use ndarray::Array4;
+    use rand::{Rng, SeedableRng, rngs::StdRng};
 
-    #[test]
-    fn exp_f32_is_close_to_the_standard_exp() {
-        for i in 0..=200_000 {
-            let x = -(i as f32) * 1e-3 * (1.0 + i as f32 * 1e-5); // 0 down to about −400
-            let (fast, std) = (exp_f32(x), x.exp());
-            let err = (fast - std).abs();
-            assert!(err <= 3e-7 * std + 1e-37, "exp({x}) = {std} but exp_f32 gives {fast}");
-        }
-        assert_eq!(exp_f32(0.0), 1.0);
-        assert_eq!(exp_f32(f32::NEG_INFINITY), 0.0);
+    fn random<A: Float>(shape: (usize, usize, usize, usize), rng: &mut StdRng) -> Array4<A> {
+        Array4::from_shape_simple_fn(shape, || A::from_f64_lossy(rng.random_range(-3.0..3.0)))
     }
 
+    /// Every instantiation any build uses (the AVX-512 ones included), run here without the
+    /// target features, against the plain path: the logic of each `MR`, on every machine.
     #[test]
-    fn exp_in_place_sums_what_it_writes() {
-        let mut row = [0.0_f32, -1.0, f32::NEG_INFINITY];
-        let sum = exp_in_place(&mut row, 0.0);
-        assert_eq!(row[2], 0.0);
-        assert!((sum - (1.0 + (-1.0_f32).exp())).abs() < 1e-6);
-        let mut row64 = [1.0_f64, f64::NEG_INFINITY];
-        assert_eq!(exp_in_place(&mut row64, 1.0), 1.0);
-        assert_eq!(row64, [1.0, 0.0]);
+    fn every_rows_per_kernel_agrees_with_the_plain_path() {
+        fn check<A: Float>(block: &BlockFn<A>, tolerance: f64) {
+            let mut rng = StdRng::seed_from_u64(5);
+            for (l_q, l_k, d) in [(37, 53, 7), (1, 1, 1), (130, 300, 64), (9, 40, 17)] {
+                let q: Array4<A> = random((2, 3, l_q, d), &mut rng);
+                let (k, v) =
+                    (random((2, 3, l_k, d), &mut rng), random((2, 3, l_k, d), &mut rng));
+                let causal = Mask::causal_rect(l_q, l_k);
+                for (masking, mask) in [(Masking::All, None), (Masking::Causal, Some(&causal))]
+                {
+                    for tiles in [Tiles::default(), Tiles { block_q: 5, tile_k: 19 }] {
+                        let plain = sdpa_batched(&q, &k, &v, mask).unwrap().output;
+                        let (out, _) =
+                            forward_with(&q, &k, &v, masking, tiles, false, block).unwrap();
+                        let diff = (out - &plain)
+                            .iter()
+                            .fold(0.0, |m, d| d.abs().to_f64().unwrap().max(m));
+                        assert!(
+                            diff < tolerance,
+                            "{l_q}×{l_k}×{d} {masking:?} {tiles:?}: {diff}"
+                        );
+                    }
+                }
+            }
+        }
+        check::<f32>(&attend_block::<f32, 8, true>, 1e-5);
+        check::<f32>(&attend_block::<f32, 4, true>, 1e-5);
+        check::<f32>(&attend_block::<f32, 2, false>, 1e-5);
+        check::<f64>(&attend_block::<f64, 4, true>, 1e-12);
+        check::<f64>(&attend_block::<f64, 2, true>, 1e-12);
+        check::<f64>(&attend_block::<f64, 1, false>, 1e-12);
+    }
+
+    /// A NaN score among visible ones poisons its query's row in both paths (the plain path's
+    /// softmax spreads it over the row); a row whose scores are all NaN or masked is zero in
+    /// both (the maximum ignores NaN, so it sees no key).
+    #[test]
+    fn nan_scores_give_nan_rows_as_in_the_plain_path() {
+        let mut rng = StdRng::seed_from_u64(6);
+        let (mut q, k, v) = (
+            random::<f32>((1, 1, 40, 8), &mut rng),
+            random::<f32>((1, 1, 300, 8), &mut rng),
+            random::<f32>((1, 1, 300, 8), &mut rng),
+        );
+        q[[0, 0, 3, 2]] = f32::NAN; // every score of query 3
+        let mut k_nan = k.clone();
+        k_nan[[0, 0, 290, 0]] = f32::NAN; // key 290's score for every query, in the last tile
+        let mut allowed = Array2::from_elem((40, 300), true);
+        allowed.row_mut(7).fill(false); // query 7 sees nothing
+        let mask = Mask::from_array(allowed).unwrap();
+        for (q, k, nan_key) in [(&q, &k, false), (&q, &k_nan, true)] {
+            let plain = sdpa_batched(q, k, &v, Some(&mask)).unwrap().output;
+            for simd in Simd::supported() {
+                let tiled = tiled_sdpa_batched_on(
+                    q,
+                    k,
+                    &v,
+                    Masking::Mask(&mask),
+                    Tiles::default(),
+                    simd,
+                )
+                .unwrap();
+                for (i, (t, p)) in tiled
+                    .outer_iter()
+                    .next()
+                    .unwrap()
+                    .outer_iter()
+                    .zip(plain.outer_iter().next().unwrap().outer_iter())
+                    .enumerate()
+                {
+                    for (a, b) in t.iter().zip(p.iter()) {
+                        assert_eq!(a.is_nan(), b.is_nan(), "query {i}, {simd:?}");
+                        assert!(a.is_nan() || (a - b).abs() < 1e-5);
+                    }
+                }
+                assert_eq!(tiled[[0, 0, 0, 0]].is_nan(), nan_key);
+                assert_eq!((tiled[[0, 0, 3, 0]], tiled[[0, 0, 7, 0]]), (0.0, 0.0));
+            }
+        }
     }
 }

@@ -53,9 +53,10 @@ use rayon::prelude::*;
 use crate::error::{AttentionError, Result};
 use crate::float::Float;
 use crate::grad::SdpaGrads;
+use crate::kernel::{Simd, exp_in_place_on};
 use crate::shapes::check_qkv;
 use crate::tiled::{
-    self, Masking, Tiles, Visible, exp_in_place, mask_matrices, mask_tile, unflatten, visible,
+    self, Masking, Tiles, Visible, mask_matrices, mask_tile, unflatten, visible,
 };
 
 /// [`tiled_sdpa_batched`](crate::tiled::tiled_sdpa_batched) that also returns the row
@@ -97,7 +98,7 @@ pub fn tiled_sdpa_with_lse<A: Float, D: Dimension>(
     masking: Masking,
     tiles: Tiles,
 ) -> Result<(Array<A, D>, Array<A, D::Smaller>)> {
-    let (output, lse) = tiled::forward(q, k, v, masking, tiles, true)?;
+    let (output, lse) = tiled::forward(q, k, v, masking, tiles, true, Simd::chosen()?)?;
     Ok((output, lse.expect("asked for")))
 }
 // ANCHOR_END: with_lse
@@ -205,6 +206,7 @@ pub fn tiled_sdpa_backward<A: Float, D: Dimension>(
     let d_o3 = d_o.to_shape((count, l_q, d_v)).expect("leading axes collapse into one");
     let lse2 = lse.to_shape((count, l_q)).expect("leading axes collapse into one");
     let scale = A::one() / A::from_len(d_k).sqrt();
+    let simd = Simd::chosen()?;
     let mut grad_q = Array3::<A>::zeros((count, l_q, d_k));
     let mut grad_k = Array3::<A>::zeros((count, l_k, d_k));
     let mut grad_v = Array3::<A>::zeros((count, l_k, d_v));
@@ -221,7 +223,7 @@ pub fn tiled_sdpa_backward<A: Float, D: Dimension>(
         .collect();
     let scratch = Tiles { block_q: tiles.block_q.min(l_q), tile_k: tiles.tile_k.min(l_k) };
     tasks.into_par_iter().for_each_init(
-        || BackwardScratch::new(scratch),
+        || BackwardScratch::new(scratch, simd),
         |scratch, (b, grads, mut delta)| {
             let (o, d_o) = (o3.index_axis(Axis(0), b), d_o3.index_axis(Axis(0), b));
             row_dots(&mut delta, &o, &d_o);
@@ -275,16 +277,17 @@ struct Grads<'a, A> {
 }
 
 /// What one thread reuses from task to task: the tile of `S`, then `P`, and the tile of `dP`,
-/// then `dS`.
+/// then `dS`; and the build of the exponential loop to use.
 struct BackwardScratch<A> {
     p: Array2<A>,
     ds: Array2<A>,
+    simd: Simd,
 }
 
 impl<A: Float> BackwardScratch<A> {
-    fn new(tiles: Tiles) -> Self {
+    fn new(tiles: Tiles, simd: Simd) -> Self {
         let shape = (tiles.block_q, tiles.tile_k);
-        BackwardScratch { p: Array2::zeros(shape), ds: Array2::zeros(shape) }
+        BackwardScratch { p: Array2::zeros(shape), ds: Array2::zeros(shape), simd }
     }
 }
 
@@ -370,7 +373,8 @@ fn backward_step<A: Float>(
         if lse == A::neg_infinity() {
             row.fill(A::zero());
         } else {
-            exp_in_place(row.as_slice_mut().expect("a row of the tile buffer"), lse);
+            let row = row.as_slice_mut().expect("a row of the tile buffer");
+            exp_in_place_on(scratch.simd, row, lse);
         }
     }
     // dV_j += Pᵀ · dO_i
@@ -401,7 +405,7 @@ mod tests {
     fn the_scratch_is_what_backward_scratch_len_says() {
         for (block_q, tile_k) in [(1, 1), (3, 5), (128, 256)] {
             let tiles = Tiles { block_q, tile_k };
-            let scratch = BackwardScratch::<f32>::new(tiles);
+            let scratch = BackwardScratch::<f32>::new(tiles, Simd::Portable);
             assert_eq!(scratch.p.len() + scratch.ds.len(), tiles.backward_scratch_len());
         }
     }

@@ -1,0 +1,650 @@
+//! Chapter *Attention at scale*: the inner loops of the tiled path, written for the vector unit.
+//!
+//! [`tiled`](crate::tiled) spends nearly all its time in three loops: the scores of a tile
+//! (`Q_blk · K_tileᵀ`), their exponentials, and the weighted values (`P · V_tile`). This module
+//! holds those loops, in plain Rust that the compiler turns into vector instructions:
+//!
+//! - **Packing.** Before the first query block, each head's keys are rewritten once into the
+//!   order the scores loop reads them ([`PackedHead`]): per tile, panels of [`NR`] = 16 keys,
+//!   and in a panel, dimension after dimension, the 16 keys' entries side by side. The values
+//!   are copied once with their rows padded to a multiple of 16 columns. A general matrix
+//!   product (`matrixmultiply`) would repack both operands for every (query block, key tile)
+//!   pair instead.
+//! - **Micro-kernels.** [`scores_panel`] computes an `MR × 16` patch of scores, [`pv_panel`]
+//!   adds `MR` rows of `P` times a 16-column strip of `V` to the output: `MR · 16` running sums
+//!   that live in vector registers for the whole loop.
+//! - **Exponentials.** [`exp_f32`], a polynomial the compiler vectorises.
+//!
+//! The same generic code is compiled three times, for AVX-512, for AVX2 with FMA, and for the
+//! instructions every processor of the target has ([`Simd`]), and the widest the processor
+//! supports is chosen at run time, unless the environment variable [`SIMD_VAR`] names another.
+//! Only the AVX-512 and AVX2 builds use fused multiply-add ([`madd`]): elsewhere `mul_add`
+//! would be a call into the C library for every product.
+//!
+//! Anchors (below the doc comments): `simd`, `pack`, `scores_panel`, `pv_panel`, `fast_exp`.
+
+use std::sync::OnceLock;
+
+use ndarray::ArrayView2;
+
+use crate::error::{AttentionError, Result};
+use crate::float::Float;
+
+/// The environment variable that forces one build of the inner loops: `avx512`, `avx2` or
+/// `portable`. It is read once, the first time the tiled path runs; a name the processor
+/// cannot run is an error there, not a silent fallback.
+pub const SIMD_VAR: &str = "ATTENTION_SIMD";
+
+/// Keys per panel of a packed tile, and output columns per strip: 16.
+pub const NR: usize = 16;
+
+/// Which build of the inner loops runs: the instruction set they were compiled for.
+///
+/// ```
+/// use attention::kernel::Simd;
+///
+/// let best = Simd::best();
+/// assert!(best.is_supported());
+/// assert!(Simd::Portable.is_supported()); // on every processor
+/// assert_eq!(Simd::parse("avx2").map(Simd::name).ok(), Simd::Avx2.is_supported().then_some("avx2"));
+/// assert!(Simd::parse("sse9").unwrap_err().to_string().contains("avx512, avx2 or portable"));
+/// ```
+// ANCHOR: simd
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Simd {
+    /// AVX-512F (x86-64): 16 `f32` lanes per register, fused multiply-add.
+    Avx512,
+    /// AVX2 and FMA (x86-64): 8 `f32` lanes per register, fused multiply-add.
+    Avx2,
+    /// The target's baseline (SSE2 on x86-64): separate multiply and add.
+    Portable,
+}
+// ANCHOR_END: simd
+
+impl Simd {
+    /// Every build, widest first.
+    ///
+    /// ```
+    /// use attention::kernel::Simd;
+    ///
+    /// assert_eq!(Simd::ALL.len(), 3);
+    /// ```
+    pub const ALL: [Simd; 3] = [Simd::Avx512, Simd::Avx2, Simd::Portable];
+
+    /// The name [`SIMD_VAR`] takes for this build.
+    ///
+    /// ```
+    /// use attention::kernel::Simd;
+    ///
+    /// assert_eq!(Simd::Avx2.name(), "avx2");
+    /// ```
+    pub fn name(self) -> &'static str {
+        match self {
+            Simd::Avx512 => "avx512",
+            Simd::Avx2 => "avx2",
+            Simd::Portable => "portable",
+        }
+    }
+
+    /// Whether this processor can run this build.
+    ///
+    /// ```
+    /// use attention::kernel::Simd;
+    ///
+    /// assert!(Simd::Portable.is_supported());
+    /// ```
+    pub fn is_supported(self) -> bool {
+        match self {
+            #[cfg(target_arch = "x86_64")]
+            Simd::Avx512 => std::arch::is_x86_feature_detected!("avx512f"),
+            #[cfg(target_arch = "x86_64")]
+            Simd::Avx2 => {
+                std::arch::is_x86_feature_detected!("avx2")
+                    && std::arch::is_x86_feature_detected!("fma")
+            }
+            Simd::Portable => true,
+            #[cfg(not(target_arch = "x86_64"))]
+            _ => false,
+        }
+    }
+
+    /// Every build this processor can run, widest first: what the tests compare against the
+    /// plain path.
+    ///
+    /// ```
+    /// use attention::kernel::Simd;
+    ///
+    /// assert_eq!(Simd::supported().last(), Some(&Simd::Portable));
+    /// ```
+    pub fn supported() -> Vec<Simd> {
+        Simd::ALL.into_iter().filter(|s| s.is_supported()).collect()
+    }
+
+    /// The widest build this processor can run.
+    ///
+    /// ```
+    /// use attention::kernel::Simd;
+    ///
+    /// assert_eq!(Simd::best(), Simd::supported()[0]);
+    /// ```
+    pub fn best() -> Simd {
+        Simd::supported()[0]
+    }
+
+    /// The build named `name`, if this processor can run it.
+    ///
+    /// ```
+    /// use attention::kernel::Simd;
+    ///
+    /// assert_eq!(Simd::parse("portable").unwrap(), Simd::Portable);
+    /// ```
+    pub fn parse(name: &str) -> Result<Simd> {
+        let invalid =
+            |problem: String| AttentionError::Invalid { what: SIMD_VAR.into(), problem };
+        let simd = Simd::ALL.into_iter().find(|s| s.name() == name).ok_or_else(|| {
+            invalid(format!("{name:?} is not one of avx512, avx2 or portable"))
+        })?;
+        if !simd.is_supported() {
+            let best = Simd::best().name();
+            return Err(invalid(format!(
+                "this processor cannot run {name} (its widest is {best})"
+            )));
+        }
+        Ok(simd)
+    }
+
+    /// The build the tiled path uses: the one [`SIMD_VAR`] names, else [`Simd::best`]. The
+    /// variable is read once per process.
+    ///
+    /// ```
+    /// use attention::kernel::{SIMD_VAR, Simd};
+    ///
+    /// if std::env::var_os(SIMD_VAR).is_none() {
+    ///     assert_eq!(Simd::chosen().unwrap(), Simd::best());
+    /// }
+    /// ```
+    pub fn chosen() -> Result<Simd> {
+        static CHOSEN: OnceLock<Result<Simd>> = OnceLock::new();
+        CHOSEN
+            .get_or_init(|| match std::env::var(SIMD_VAR) {
+                Ok(name) => Simd::parse(name.trim()),
+                Err(_) => Ok(Simd::best()),
+            })
+            .clone()
+    }
+}
+
+/// `a · b + c`: one fused multiply-add (one rounding) when `FMA`, a multiply and an add
+/// otherwise. Only builds compiled with the `fma` feature pass `FMA = true`; without it,
+/// `mul_add` would be a call into the C library.
+///
+/// ```
+/// use attention::kernel::madd;
+///
+/// assert_eq!(madd::<f32, false>(2.0, 3.0, 1.0), 7.0);
+/// let tiny = f32::EPSILON / 2.0; // (1 + ε/2)(1 − ε/2) = 1 − ε²/4: rounds to 1 unfused
+/// let (x, y) = (1.0 + f32::EPSILON, 1.0 - tiny);
+/// assert_eq!(madd::<f32, false>(x, y, -1.0), x * y - 1.0);
+/// assert_ne!(madd::<f32, true>(x, y, -1.0), x * y - 1.0); // fused: the exact product
+/// ```
+#[inline(always)]
+pub fn madd<A: Float, const FMA: bool>(a: A, b: A, c: A) -> A {
+    if FMA { a.mul_add(b, c) } else { a * b + c }
+}
+
+/// One head's keys and values, rewritten once into the order the micro-kernels read them.
+///
+/// Keys: tile after tile (`tile_k` keys each, the last may be shorter), each tile cut into
+/// panels of [`NR`] keys (the last panel padded with zero keys), each panel stored
+/// dimension-major: `kt[panel][dim][key in panel]`, the transpose `K_tileᵀ` in strips.
+/// Values: `L_k` rows of `d_v` entries padded with zeros to a multiple of [`NR`].
+///
+/// ```
+/// use attention::kernel::PackedHead;
+/// use ndarray::Array2;
+///
+/// let k = Array2::from_shape_fn((20, 2), |(j, d)| (10 * j + d) as f32);
+/// let v = Array2::from_shape_fn((20, 3), |(j, c)| (j + c) as f32);
+/// let packed = PackedHead::new(k.view(), v.view(), 18); // tiles of 18 keys: 18 + 2
+/// assert_eq!(packed.tile_stride(), 32 * 2); // 18 keys → 2 panels of 16, 2 dims each
+/// assert_eq!(&packed.keys()[..3], &[0.0, 10.0, 20.0]); // dim 0 of keys 0, 1, 2
+/// assert_eq!(packed.keys()[16], 1.0); // dim 1 of key 0
+/// assert_eq!(packed.keys()[64], 180.0); // tile 1 starts with key 18, dim 0
+/// assert_eq!(packed.values_stride(), 16);
+/// assert_eq!(&packed.values()[16..20], &[1.0, 2.0, 3.0, 0.0]); // row 1, zero padded
+/// ```
+// ANCHOR: pack
+pub struct PackedHead<A> {
+    kt: Vec<A>,
+    v: Vec<A>,
+    l_k: usize,
+    d_k: usize,
+    tile_stride: usize,
+    v_stride: usize,
+}
+
+impl<A: Float> PackedHead<A> {
+    // ANCHOR_END: pack
+    /// Packs `k: (L_k, d_k)` and `v: (L_k, d_v)` for tiles of `tile_k` keys (at least 1).
+    ///
+    /// ```
+    /// use attention::kernel::PackedHead;
+    /// use ndarray::Array2;
+    ///
+    /// let packed = PackedHead::new(Array2::<f64>::ones((5, 4)).view(), Array2::ones((5, 1)).view(), 8);
+    /// assert_eq!(packed.keys().len(), 16 * 4); // one tile, one panel of 16 keys
+    /// ```
+    // ANCHOR: pack
+    pub fn new(k: ArrayView2<A>, v: ArrayView2<A>, tile_k: usize) -> Self {
+        let ((l_k, d_k), d_v) = (k.dim(), v.ncols());
+        let tile_k = tile_k.clamp(1, l_k.max(1));
+        let tile_stride = tile_k.next_multiple_of(NR) * d_k; // one tile's panels
+        let mut kt = vec![A::zero(); l_k.div_ceil(tile_k) * tile_stride];
+        for (j, key) in k.rows().into_iter().enumerate() {
+            let (tile, in_tile) = (j / tile_k, j % tile_k);
+            let panel = tile * tile_stride + in_tile / NR * NR * d_k;
+            for (dim, &x) in key.iter().enumerate() {
+                kt[panel + dim * NR + in_tile % NR] = x;
+            }
+        }
+        let v_stride = d_v.next_multiple_of(NR);
+        let mut vp = vec![A::zero(); l_k * v_stride];
+        for (row, value) in vp.chunks_exact_mut(v_stride).zip(v.rows()) {
+            row.iter_mut().zip(value).for_each(|(to, &x)| *to = x);
+        }
+        PackedHead { kt, v: vp, l_k, d_k, tile_stride, v_stride }
+    }
+    // ANCHOR_END: pack
+
+    /// The packed keys, `tile → panel → dim → key`.
+    ///
+    /// ```
+    /// use attention::kernel::PackedHead;
+    /// use ndarray::Array2;
+    ///
+    /// let p = PackedHead::new(Array2::<f32>::ones((3, 2)).view(), Array2::ones((3, 2)).view(), 3);
+    /// assert_eq!(p.keys().iter().filter(|&&x| x == 1.0).count(), 6);
+    /// ```
+    pub fn keys(&self) -> &[A] {
+        &self.kt
+    }
+
+    /// Elements from one tile of packed keys to the next: `d_k` times `tile_k` rounded up to a
+    /// multiple of [`NR`].
+    ///
+    /// ```
+    /// use attention::kernel::PackedHead;
+    /// use ndarray::Array2;
+    ///
+    /// let p = PackedHead::new(Array2::<f32>::ones((40, 8)).view(), Array2::ones((40, 1)).view(), 17);
+    /// assert_eq!(p.tile_stride(), 32 * 8);
+    /// ```
+    pub fn tile_stride(&self) -> usize {
+        self.tile_stride
+    }
+
+    /// The padded values, `L_k` rows of [`values_stride`](Self::values_stride) entries.
+    ///
+    /// ```
+    /// use attention::kernel::PackedHead;
+    /// use ndarray::Array2;
+    ///
+    /// let p = PackedHead::new(Array2::<f32>::ones((2, 2)).view(), Array2::ones((2, 20)).view(), 2);
+    /// assert_eq!(p.values().len(), 2 * 32);
+    /// ```
+    pub fn values(&self) -> &[A] {
+        &self.v
+    }
+
+    /// The row length of [`values`](Self::values): `d_v` rounded up to a multiple of [`NR`].
+    ///
+    /// ```
+    /// use attention::kernel::PackedHead;
+    /// use ndarray::Array2;
+    ///
+    /// let p = PackedHead::new(Array2::<f32>::ones((2, 2)).view(), Array2::ones((2, 64)).view(), 2);
+    /// assert_eq!(p.values_stride(), 64);
+    /// ```
+    pub fn values_stride(&self) -> usize {
+        self.v_stride
+    }
+
+    /// `L_k`, the number of keys.
+    ///
+    /// ```
+    /// use attention::kernel::PackedHead;
+    /// use ndarray::Array2;
+    ///
+    /// let p = PackedHead::new(Array2::<f32>::ones((7, 5)).view(), Array2::ones((7, 1)).view(), 2);
+    /// assert_eq!(p.len(), 7);
+    /// assert!(!p.is_empty());
+    /// ```
+    pub fn len(&self) -> usize {
+        self.l_k
+    }
+
+    /// Whether there are no keys.
+    ///
+    /// ```
+    /// use attention::kernel::PackedHead;
+    /// use ndarray::Array2;
+    ///
+    /// let p = PackedHead::new(Array2::<f32>::ones((0, 5)).view(), Array2::ones((0, 1)).view(), 2);
+    /// assert!(p.is_empty());
+    /// ```
+    pub fn is_empty(&self) -> bool {
+        self.l_k == 0
+    }
+
+    /// `d_k`, the length of a key.
+    ///
+    /// ```
+    /// use attention::kernel::PackedHead;
+    /// use ndarray::Array2;
+    ///
+    /// let p = PackedHead::new(Array2::<f32>::ones((2, 5)).view(), Array2::ones((2, 1)).view(), 2);
+    /// assert_eq!(p.d_k(), 5);
+    /// ```
+    pub fn d_k(&self) -> usize {
+        self.d_k
+    }
+}
+
+/// Scores of `MR` queries against one panel of [`NR`] packed keys:
+/// `s[r][c] = scale · Σ_dim q[r][dim] · kt[dim][c]`, written to `s` (rows `s_stride` apart).
+///
+/// `q` holds `MR` rows of `d_k` entries; `kt` one panel, `d_k × NR`. The `MR × NR` sums stay
+/// in registers for the whole loop over `d_k`: per dimension, `NR` key entries are loaded
+/// once and used by all `MR` queries.
+///
+/// ```
+/// use attention::kernel::scores_panel;
+///
+/// let q = [1.0_f32, 2.0, 3.0, 4.0]; // two queries of d_k = 2
+/// let mut kt = [0.0_f32; 32];
+/// kt[0] = 1.0; // key 0 = (1, 0)
+/// kt[16 + 1] = 1.0; // key 1 = (0, 1)
+/// let mut s = [0.0_f32; 32];
+/// scores_panel::<f32, 2, false>(&q, &kt, 2, 0.5, &mut s, 16);
+/// assert_eq!((s[0], s[1], s[16], s[17]), (0.5, 1.0, 1.5, 2.0));
+/// ```
+#[inline(always)]
+// ANCHOR: scores_panel
+pub fn scores_panel<A: Float, const MR: usize, const FMA: bool>(
+    q: &[A],
+    kt: &[A],
+    d_k: usize,
+    scale: A,
+    s: &mut [A],
+    s_stride: usize,
+) {
+    let rows: [&[A]; MR] = std::array::from_fn(|r| &q[r * d_k..][..d_k]);
+    let mut acc = [[A::zero(); NR]; MR];
+    for (dim, keys) in kt[..d_k * NR].chunks_exact(NR).enumerate() {
+        for (acc_row, row) in acc.iter_mut().zip(&rows) {
+            let x = row[dim]; // one query entry, used for NR keys
+            for (a, &key) in acc_row.iter_mut().zip(keys) {
+                *a = madd::<A, FMA>(x, key, *a);
+            }
+        }
+    }
+    for (r, acc_row) in acc.iter().enumerate() {
+        for (to, &a) in s[r * s_stride..][..NR].iter_mut().zip(acc_row) {
+            *to = a * scale;
+        }
+    }
+}
+// ANCHOR_END: scores_panel
+
+/// Adds `P · V` for `MR` rows of weights and one strip of [`NR`] value columns:
+/// `out[r][c] += Σ_j p[r][j] · v[j][c]` over `n_keys` keys.
+///
+/// `p` holds `MR` rows `p_stride` apart, `v` rows `v_stride` apart (starting at the strip's
+/// first column), `out` rows `out_stride` apart: all read and written in place.
+///
+/// ```
+/// use attention::kernel::pv_panel;
+///
+/// let p = [0.25_f64, 0.75]; // one query's weights for 2 keys
+/// let mut v = [0.0_f64; 32];
+/// v[0] = 4.0; // value 0, column 0
+/// v[16] = 8.0; // value 1, column 0
+/// let mut out = [1.0_f64; 16];
+/// pv_panel::<f64, 1, false>(&p, 2, 2, &v, 16, &mut out, 16);
+/// assert_eq!(out[0], 1.0 + 0.25 * 4.0 + 0.75 * 8.0);
+/// assert_eq!(out[1], 1.0);
+/// ```
+#[inline(always)]
+// ANCHOR: pv_panel
+pub fn pv_panel<A: Float, const MR: usize, const FMA: bool>(
+    p: &[A],
+    p_stride: usize,
+    n_keys: usize,
+    v: &[A],
+    v_stride: usize,
+    out: &mut [A],
+    out_stride: usize,
+) {
+    let weights: [&[A]; MR] = std::array::from_fn(|r| &p[r * p_stride..][..n_keys]);
+    let mut acc: [[A; NR]; MR] =
+        std::array::from_fn(|r| std::array::from_fn(|c| out[r * out_stride + c]));
+    for j in 0..n_keys {
+        let values = &v[j * v_stride..][..NR];
+        for (acc_row, w) in acc.iter_mut().zip(&weights) {
+            let x = w[j]; // one weight, used for NR columns
+            for (a, &value) in acc_row.iter_mut().zip(values) {
+                *a = madd::<A, FMA>(x, value, *a);
+            }
+        }
+    }
+    for (r, acc_row) in acc.iter().enumerate() {
+        out[r * out_stride..][..NR].copy_from_slice(acc_row);
+    }
+}
+// ANCHOR_END: pv_panel
+
+/// The largest entry of `row`, ignoring NaN (as [`softmax_row`](crate::softmax::softmax_row)
+/// does); −∞ for an empty row. Written with 16 independent lanes so that it vectorises.
+///
+/// ```
+/// use attention::kernel::row_max;
+///
+/// assert_eq!(row_max(&[1.0_f32, f32::NAN, 3.0, f32::NEG_INFINITY]), 3.0);
+/// assert_eq!(row_max::<f64>(&[]), f64::NEG_INFINITY);
+/// ```
+#[inline(always)]
+pub fn row_max<A: Float>(row: &[A]) -> A {
+    let bigger = |m: A, x: A| if x > m { x } else { m };
+    let mut lanes = [A::neg_infinity(); NR];
+    let mut chunks = row.chunks_exact(NR);
+    for chunk in &mut chunks {
+        for (m, &x) in lanes.iter_mut().zip(chunk) {
+            *m = bigger(*m, x);
+        }
+    }
+    chunks.remainder().iter().chain(&lanes).fold(A::neg_infinity(), |m, &x| bigger(m, x))
+}
+
+/// Replaces every `s` of `row` by `exp(s − max)` (−∞ becomes 0, NaN stays NaN) and returns
+/// their sum.
+///
+/// `f32` gets a fast `exp` that the compiler can vectorise ([`exp_f32`]); `f64` keeps the
+/// standard library's, accurate to the last bit, so that it matches the plain path within
+/// `1e-12`. `FMA` as in [`madd`].
+///
+/// ```
+/// use attention::kernel::exp_in_place;
+///
+/// let mut row = [0.0_f32, -1.0, f32::NEG_INFINITY];
+/// let sum = exp_in_place::<f32, false>(&mut row, 0.0);
+/// assert_eq!(row[2], 0.0);
+/// assert!((sum - (1.0 + (-1.0_f32).exp())).abs() < 1e-6);
+/// ```
+// ANCHOR: fast_exp
+#[inline(always)]
+pub fn exp_in_place<A: Float, const FMA: bool>(row: &mut [A], max: A) -> A {
+    if let Some(row) = as_f32(row) {
+        let sum = exp_in_place_f32::<FMA>(row, max.to_f32().expect("A is f32"));
+        return A::from_f32(sum).expect("A is f32");
+    }
+    let mut sum = A::zero();
+    for s in row.iter_mut() {
+        *s = (*s - max).exp();
+        sum = sum + *s;
+    }
+    sum
+}
+
+/// [`exp_in_place`] in the build `simd` names, for a caller outside the compiled loops
+/// (the tiled backward pass).
+///
+/// ```
+/// use attention::kernel::{Simd, exp_in_place_on};
+///
+/// let mut row = [0.0_f32; 20];
+/// assert_eq!(exp_in_place_on(Simd::best(), &mut row, 0.0), 20.0);
+/// ```
+pub fn exp_in_place_on<A: Float>(simd: Simd, row: &mut [A], max: A) -> A {
+    match simd {
+        // SAFETY: the caller's `simd` comes from `Simd::chosen`, which only picks a build the
+        // processor supports; checked again here, as this function is public.
+        #[cfg(target_arch = "x86_64")]
+        Simd::Avx512 if simd.is_supported() => unsafe { exp_in_place_avx512(row, max) },
+        // SAFETY: as above.
+        #[cfg(target_arch = "x86_64")]
+        Simd::Avx2 if simd.is_supported() => unsafe { exp_in_place_avx2(row, max) },
+        _ => exp_in_place::<A, false>(row, max),
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+fn exp_in_place_avx512<A: Float>(row: &mut [A], max: A) -> A {
+    exp_in_place::<A, true>(row, max)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+fn exp_in_place_avx2<A: Float>(row: &mut [A], max: A) -> A {
+    exp_in_place::<A, true>(row, max)
+}
+
+/// The loop for `f32`, written so that it vectorises: 16 independent partial sums.
+#[inline(always)]
+fn exp_in_place_f32<const FMA: bool>(row: &mut [f32], max: f32) -> f32 {
+    let mut partial = [0.0_f32; NR];
+    let mut chunks = row.chunks_exact_mut(NR);
+    for chunk in &mut chunks {
+        for (s, acc) in chunk.iter_mut().zip(partial.iter_mut()) {
+            *s = exp_f32::<FMA>(*s - max);
+            *acc += *s;
+        }
+    }
+    let mut sum: f32 = partial.iter().sum();
+    for s in chunks.into_remainder() {
+        *s = exp_f32::<FMA>(*s - max);
+        sum += *s;
+    }
+    sum
+}
+// ANCHOR_END: fast_exp
+
+/// `row` as `f32`s if `A` is `f32`.
+#[inline(always)]
+fn as_f32<A: Float>(row: &mut [A]) -> Option<&mut [f32]> {
+    (std::any::TypeId::of::<A>() == std::any::TypeId::of::<f32>())
+        // SAFETY: A is f32 (same TypeId), so the slice has f32's layout.
+        .then(|| unsafe { &mut *(row as *mut [A] as *mut [f32]) })
+}
+
+/// `exp(x)` for `x ≤ 0` in `f32`, branch-free so that loops over it vectorise:
+/// `x = n·ln 2 + r` with `n` the integer nearest `x·log₂e` and `|r| ≤ ½ ln 2` (`r` computed
+/// with `ln 2` split in two parts, so it is exact to `f32` rounding); `2^n` is built in the
+/// exponent bits and `exp(r)` is its Taylor series to degree 7 (truncation error below
+/// `1e-8`). Results below `2^-126` (`x < −87.34`), and `exp(−∞)`, are 0; `exp(NaN)` is NaN.
+///
+/// ```
+/// use attention::kernel::exp_f32;
+///
+/// assert_eq!(exp_f32::<false>(0.0), 1.0);
+/// assert!((exp_f32::<true>(-1.0) - (-1.0_f32).exp()).abs() < 1e-7);
+/// assert_eq!(exp_f32::<false>(-100.0), 0.0);
+/// assert!(exp_f32::<false>(f32::NAN).is_nan());
+/// ```
+// ANCHOR: fast_exp
+#[inline(always)]
+pub fn exp_f32<const FMA: bool>(x: f32) -> f32 {
+    // 1.5·2^23: adding it rounds to an integer in the low mantissa bits.
+    const ROUND: f32 = 12_582_912.0;
+    const LN2_HI: f32 = 0.693_359_4; // ln 2 = LN2_HI + LN2_LO, LN2_HI with few mantissa bits
+    const LN2_LO: f32 = -2.121_944_4e-4;
+    const TAYLOR: [f32; 8] =
+        [1.0, 1.0, 0.5, 1.0 / 6.0, 1.0 / 24.0, 1.0 / 120.0, 1.0 / 720.0, 1.0 / 5040.0];
+    let t = (x * std::f32::consts::LOG2_E).max(-126.0);
+    let rounded = t + ROUND;
+    let n = rounded - ROUND; // the integer nearest x·log₂e
+    let r = (x.max(-88.0) - n * LN2_HI) - n * LN2_LO;
+    // n as a two's complement integer.
+    let n_bits = rounded.to_bits().wrapping_sub(ROUND.to_bits());
+    let two_n = f32::from_bits(n_bits.wrapping_add(127) << 23);
+    // Horner: ((c₇·r + c₆)·r + …)·r + c₀.
+    let p = TAYLOR.iter().rev().fold(0.0, |p, &c| madd::<f32, FMA>(p, r, c));
+    if x.is_nan() {
+        x
+    } else if x * std::f32::consts::LOG2_E < -126.0 {
+        0.0
+    } else {
+        two_n * p
+    }
+}
+// ANCHOR_END: fast_exp
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exp_f32_is_close_to_the_standard_exp_over_its_whole_range() {
+        // 0 down to −104 (past the cut at −126·ln 2 = −87.34, where exp_f32 gives 0), in
+        // steps of 2.6e-4, then coarser down to −600.
+        let fine = (0..=400_000).map(|i| -(i as f32) * 2.6e-4);
+        let xs = fine.chain((0..=4_960).map(|i| -104.0 - i as f32 * 0.1));
+        for x in xs {
+            let std = x.exp();
+            for fast in [exp_f32::<false>(x), exp_f32::<true>(x)] {
+                if std >= f32::MIN_POSITIVE {
+                    // A normal result: within 3e-7 of it, relatively.
+                    assert!((fast - std).abs() <= 3e-7 * std, "exp({x}) = {std}, fast {fast}");
+                } else {
+                    // Below 2^-126 (1.2e-38): 0, or the last normal values near the cut.
+                    let near = (fast - std).abs() <= 3e-7 * f32::MIN_POSITIVE;
+                    assert!(fast == 0.0 || near, "exp({x}) = {std}, fast {fast}");
+                }
+            }
+        }
+        assert_eq!(exp_f32::<false>(0.0), 1.0);
+        assert_eq!(exp_f32::<true>(f32::NEG_INFINITY), 0.0);
+        assert!(exp_f32::<true>(f32::NAN).is_nan());
+    }
+
+    #[test]
+    fn exp_in_place_sums_what_it_writes() {
+        let mut row = [0.0_f32, -1.0, f32::NEG_INFINITY, f32::NAN];
+        let sum = exp_in_place::<f32, true>(&mut row[..3], 0.0);
+        assert_eq!(row[2], 0.0);
+        assert!((sum - (1.0 + (-1.0_f32).exp())).abs() < 1e-6);
+        assert!(exp_in_place::<f32, false>(&mut row, 0.0).is_nan()); // NaN propagates
+        let mut row64 = [1.0_f64, f64::NEG_INFINITY];
+        assert_eq!(exp_in_place::<f64, false>(&mut row64, 1.0), 1.0);
+        assert_eq!(row64, [1.0, 0.0]);
+    }
+
+    #[test]
+    fn a_name_the_processor_cannot_run_is_an_error() {
+        for simd in Simd::ALL {
+            assert_eq!(Simd::parse(simd.name()).is_ok(), simd.is_supported());
+        }
+        let err = Simd::parse("neon").unwrap_err().to_string();
+        assert_eq!(err, "ATTENTION_SIMD: \"neon\" is not one of avx512, avx2 or portable");
+    }
+}
