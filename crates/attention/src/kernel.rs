@@ -23,6 +23,8 @@
 //!
 //! Anchors (below the doc comments): `simd`, `pack`, `scores_panel`, `pv_panel`, `fast_exp`.
 
+use std::borrow::Cow;
+use std::iter::repeat_n;
 use std::sync::OnceLock;
 
 use ndarray::ArrayView2;
@@ -197,7 +199,8 @@ pub fn madd<A: Float, const FMA: bool>(a: A, b: A, c: A) -> A {
 /// Keys: tile after tile (`tile_k` keys each, the last may be shorter), each tile cut into
 /// panels of [`NR`] keys (the last panel padded with zero keys), each panel stored
 /// dimension-major: `kt[panel][dim][key in panel]`, the transpose `K_tileᵀ` in strips.
-/// Values: `L_k` rows of `d_v` entries padded with zeros to a multiple of [`NR`].
+/// Values: `L_k` rows of `d_v` entries padded with zeros to a multiple of [`NR`] (borrowed
+/// from `v` when its rows are contiguous and already that long).
 ///
 /// ```
 /// use attention::kernel::PackedHead;
@@ -214,16 +217,16 @@ pub fn madd<A: Float, const FMA: bool>(a: A, b: A, c: A) -> A {
 /// assert_eq!(&packed.values()[16..20], &[1.0, 2.0, 3.0, 0.0]); // row 1, zero padded
 /// ```
 // ANCHOR: pack
-pub struct PackedHead<A> {
+pub struct PackedHead<'a, A: Clone> {
     kt: Vec<A>,
-    v: Vec<A>,
+    v: Cow<'a, [A]>,
     l_k: usize,
     d_k: usize,
     tile_stride: usize,
     v_stride: usize,
 }
 
-impl<A: Float> PackedHead<A> {
+impl<'a, A: Float> PackedHead<'a, A> {
     // ANCHOR_END: pack
     /// Packs `k: (L_k, d_k)` and `v: (L_k, d_v)` for tiles of `tile_k` keys (at least 1).
     ///
@@ -235,24 +238,34 @@ impl<A: Float> PackedHead<A> {
     /// assert_eq!(packed.keys().len(), 16 * 4); // one tile, one panel of 16 keys
     /// ```
     // ANCHOR: pack
-    pub fn new(k: ArrayView2<A>, v: ArrayView2<A>, tile_k: usize) -> Self {
+    pub fn new(k: ArrayView2<A>, v: ArrayView2<'a, A>, tile_k: usize) -> Self {
         let ((l_k, d_k), d_v) = (k.dim(), v.ncols());
         let tile_k = tile_k.clamp(1, l_k.max(1));
         let tile_stride = tile_k.next_multiple_of(NR) * d_k; // one tile's panels
-        let mut kt = vec![A::zero(); l_k.div_ceil(tile_k) * tile_stride];
-        for (j, key) in k.rows().into_iter().enumerate() {
-            let (tile, in_tile) = (j / tile_k, j % tile_k);
-            let panel = tile * tile_stride + in_tile / NR * NR * d_k;
-            for (dim, &x) in key.iter().enumerate() {
-                kt[panel + dim * NR + in_tile % NR] = x;
+        // Written in the order it is stored: tile, panel, dimension, key.
+        let mut kt = Vec::with_capacity(l_k.div_ceil(tile_k) * tile_stride);
+        for tile in (0..l_k).step_by(tile_k) {
+            let end = (tile + tile_k).min(l_k);
+            for panel in (tile..tile + tile_stride / d_k.max(1)).step_by(NR) {
+                for dim in 0..d_k {
+                    let keys = panel..panel + NR;
+                    kt.extend(keys.map(|j| if j < end { k[[j, dim]] } else { A::zero() }));
+                }
             }
         }
         let v_stride = d_v.next_multiple_of(NR);
-        let mut vp = vec![A::zero(); l_k * v_stride];
-        for (row, value) in vp.chunks_exact_mut(v_stride).zip(v.rows()) {
-            row.iter_mut().zip(value).for_each(|(to, &x)| *to = x);
-        }
-        PackedHead { kt, v: vp, l_k, d_k, tile_stride, v_stride }
+        let v = match v.to_slice() {
+            Some(rows) if v_stride == d_v => Cow::Borrowed(rows), // already rows of 16s
+            _ => Cow::Owned(
+                v.rows()
+                    .into_iter()
+                    .flat_map(|row| {
+                        row.into_iter().copied().chain(repeat_n(A::zero(), v_stride - d_v))
+                    })
+                    .collect(),
+            ),
+        };
+        PackedHead { kt, v, l_k, d_k, tile_stride, v_stride }
     }
     // ANCHOR_END: pack
 
@@ -350,6 +363,22 @@ impl<A: Float> PackedHead<A> {
     }
 }
 
+/// Runs `body` for `r = 0, 1, …, MR − 1` (`MR` at most 8), written out one copy after
+/// another instead of as a loop, so that each row's sums are separate values that the
+/// compiler keeps in registers (a loop over more than 4 rows of 16 it would not unroll).
+macro_rules! each_row {
+    ($mr:expr, |$r:ident| $body:expr) => {
+        const { assert!($mr <= 8, "at most 8 rows per micro-kernel") };
+        each_row!(@ $mr, $r, $body, 0 1 2 3 4 5 6 7)
+    };
+    (@ $mr:expr, $r:ident, $body:expr, $($i:literal)*) => {
+        $(if $i < $mr {
+            let $r: usize = $i;
+            $body;
+        })*
+    };
+}
+
 /// Scores of `MR` queries against one panel of [`NR`] packed keys:
 /// `s[r][c] = scale · Σ_dim q[r][dim] · kt[dim][c]`, written to `s` (rows `s_stride` apart).
 ///
@@ -378,21 +407,22 @@ pub fn scores_panel<A: Float, const MR: usize, const FMA: bool>(
     s: &mut [A],
     s_stride: usize,
 ) {
-    let rows: [&[A]; MR] = std::array::from_fn(|r| &q[r * d_k..][..d_k]);
+    assert!(q.len() >= MR * d_k && kt.len() >= d_k * NR, "scores_panel: operands too short");
     let mut acc = [[A::zero(); NR]; MR];
     for (dim, keys) in kt[..d_k * NR].chunks_exact(NR).enumerate() {
-        for (acc_row, row) in acc.iter_mut().zip(&rows) {
-            let x = row[dim]; // one query entry, used for NR keys
-            for (a, &key) in acc_row.iter_mut().zip(keys) {
+        each_row!(MR, |r| {
+            // SAFETY: r < MR and dim < d_k, so r·d_k + dim < MR·d_k ≤ q.len() (asserted).
+            let x = unsafe { *q.get_unchecked(r * d_k + dim) }; // used for NR keys
+            for (a, &key) in acc[r].iter_mut().zip(keys) {
                 *a = madd::<A, FMA>(x, key, *a);
             }
-        }
+        });
     }
-    for (r, acc_row) in acc.iter().enumerate() {
-        for (to, &a) in s[r * s_stride..][..NR].iter_mut().zip(acc_row) {
+    each_row!(MR, |r| {
+        for (to, &a) in s[r * s_stride..][..NR].iter_mut().zip(&acc[r]) {
             *to = a * scale;
         }
-    }
+    });
 }
 // ANCHOR_END: scores_panel
 
@@ -425,21 +455,26 @@ pub fn pv_panel<A: Float, const MR: usize, const FMA: bool>(
     out: &mut [A],
     out_stride: usize,
 ) {
-    let weights: [&[A]; MR] = std::array::from_fn(|r| &p[r * p_stride..][..n_keys]);
-    let mut acc: [[A; NR]; MR] =
-        std::array::from_fn(|r| std::array::from_fn(|c| out[r * out_stride + c]));
+    if n_keys == 0 {
+        return;
+    }
+    let fits =
+        p.len() >= (MR - 1) * p_stride + n_keys && v.len() >= (n_keys - 1) * v_stride + NR;
+    assert!(fits && v_stride >= NR, "pv_panel: operands too short");
+    let mut acc = [[A::zero(); NR]; MR];
+    each_row!(MR, |r| acc[r].copy_from_slice(&out[r * out_stride..][..NR]));
     for j in 0..n_keys {
-        let values = &v[j * v_stride..][..NR];
-        for (acc_row, w) in acc.iter_mut().zip(&weights) {
-            let x = w[j]; // one weight, used for NR columns
-            for (a, &value) in acc_row.iter_mut().zip(values) {
+        // SAFETY: j < n_keys, so j·v_stride + NR ≤ (n_keys − 1)·v_stride + NR ≤ v.len().
+        let values = unsafe { v.get_unchecked(j * v_stride..j * v_stride + NR) };
+        each_row!(MR, |r| {
+            // SAFETY: r·p_stride + j < (MR − 1)·p_stride + n_keys ≤ p.len() (asserted).
+            let x = unsafe { *p.get_unchecked(r * p_stride + j) }; // used for NR columns
+            for (a, &value) in acc[r].iter_mut().zip(values) {
                 *a = madd::<A, FMA>(x, value, *a);
             }
-        }
+        });
     }
-    for (r, acc_row) in acc.iter().enumerate() {
-        out[r * out_stride..][..NR].copy_from_slice(acc_row);
-    }
+    each_row!(MR, |r| out[r * out_stride..][..NR].copy_from_slice(&acc[r]));
 }
 // ANCHOR_END: pv_panel
 
@@ -532,20 +567,36 @@ fn exp_in_place_avx2<A: Float>(row: &mut [A], max: A) -> A {
 /// The loop for `f32`, written so that it vectorises: 16 independent partial sums.
 #[inline(always)]
 fn exp_in_place_f32<const FMA: bool>(row: &mut [f32], max: f32) -> f32 {
+    // exp(s − max) = 2^t with t = s·log₂e − max·log₂e: one multiply-add per score.
+    let shift = -max * std::f32::consts::LOG2_E;
     let mut partial = [0.0_f32; NR];
     let mut chunks = row.chunks_exact_mut(NR);
     for chunk in &mut chunks {
         for (s, acc) in chunk.iter_mut().zip(partial.iter_mut()) {
-            *s = exp_f32::<FMA>(*s - max);
+            *s = exp2_f32::<FMA>(madd::<f32, FMA>(*s, std::f32::consts::LOG2_E, shift));
             *acc += *s;
         }
     }
-    let mut sum: f32 = partial.iter().sum();
+    let mut sum = pairwise_sum(partial);
     for s in chunks.into_remainder() {
-        *s = exp_f32::<FMA>(*s - max);
+        *s = exp2_f32::<FMA>(madd::<f32, FMA>(*s, std::f32::consts::LOG2_E, shift));
         sum += *s;
     }
     sum
+}
+
+/// The sum of 16 lanes as a tree (8 + 8, 4 + 4, ...): four vector additions instead of a
+/// chain of fifteen.
+#[inline(always)]
+fn pairwise_sum(mut lanes: [f32; NR]) -> f32 {
+    let mut width = NR;
+    while width > 1 {
+        width /= 2;
+        for i in 0..width {
+            lanes[i] += lanes[i + width];
+        }
+    }
+    lanes[0]
 }
 // ANCHOR_END: fast_exp
 
@@ -557,11 +608,12 @@ fn as_f32<A: Float>(row: &mut [A]) -> Option<&mut [f32]> {
         .then(|| unsafe { &mut *(row as *mut [A] as *mut [f32]) })
 }
 
-/// `exp(x)` for `x ≤ 0` in `f32`, branch-free so that loops over it vectorise:
-/// `x = n·ln 2 + r` with `n` the integer nearest `x·log₂e` and `|r| ≤ ½ ln 2` (`r` computed
-/// with `ln 2` split in two parts, so it is exact to `f32` rounding); `2^n` is built in the
-/// exponent bits and `exp(r)` is its Taylor series to degree 7 (truncation error below
-/// `1e-8`). Results below `2^-126` (`x < −87.34`), and `exp(−∞)`, are 0; `exp(NaN)` is NaN.
+/// `exp(x)` for `x ≤ 0` in `f32`: [`exp2_f32`] of `x·log₂e`.
+///
+/// Within `3e-7 + 1.2e-7·|x|` of the exact value, relatively, for results above `2^-126`
+/// (`x > −87.34`); the second term comes from rounding `x·log₂e` to `f32` (`1.5e-6` at
+/// `x = −10`, where the result is already below `5e-5`). Results below `2^-126`, and `exp(−∞)`, are 0;
+/// `exp(NaN)` is NaN.
 ///
 /// ```
 /// use attention::kernel::exp_f32;
@@ -571,31 +623,50 @@ fn as_f32<A: Float>(row: &mut [A]) -> Option<&mut [f32]> {
 /// assert_eq!(exp_f32::<false>(-100.0), 0.0);
 /// assert!(exp_f32::<false>(f32::NAN).is_nan());
 /// ```
-// ANCHOR: fast_exp
 #[inline(always)]
 pub fn exp_f32<const FMA: bool>(x: f32) -> f32 {
+    exp2_f32::<FMA>(x * std::f32::consts::LOG2_E)
+}
+
+/// `2^t` for `t ≤ 0` in `f32`, branch-free so that loops over it vectorise: `t = n + f` with
+/// `n` the integer nearest `t` and `|f| ≤ ½`; `2^n` is built in the exponent bits and `2^f`
+/// is a polynomial of degree 5 (relative error below `1e-7`). Results below `2^-126`, and
+/// `2^−∞`, are 0; NaN stays NaN.
+///
+/// ```
+/// use attention::kernel::exp2_f32;
+///
+/// assert_eq!(exp2_f32::<true>(-3.0), 0.125);
+/// assert!((exp2_f32::<false>(-0.5) - 0.5_f32.sqrt()).abs() < 1e-7);
+/// assert_eq!(exp2_f32::<true>(f32::NEG_INFINITY), 0.0);
+/// ```
+// ANCHOR: fast_exp
+#[inline(always)]
+pub fn exp2_f32<const FMA: bool>(t: f32) -> f32 {
     // 1.5·2^23: adding it rounds to an integer in the low mantissa bits.
     const ROUND: f32 = 12_582_912.0;
-    const LN2_HI: f32 = 0.693_359_4; // ln 2 = LN2_HI + LN2_LO, LN2_HI with few mantissa bits
-    const LN2_LO: f32 = -2.121_944_4e-4;
-    const TAYLOR: [f32; 8] =
-        [1.0, 1.0, 0.5, 1.0 / 6.0, 1.0 / 24.0, 1.0 / 120.0, 1.0 / 720.0, 1.0 / 5040.0];
-    let t = (x * std::f32::consts::LOG2_E).max(-126.0);
+    // 2^f = exp(f·ln 2) ≈ 1 + c₁f + … + c₅f⁵ for |f| ≤ ½, fitted for the least relative error.
+    const C: [f32; 6] =
+        [1.0, 0.693_146_94, 0.240_222_42, 0.055_507_336, 0.009_671_513, 0.001_326_472_6];
     let rounded = t + ROUND;
-    let n = rounded - ROUND; // the integer nearest x·log₂e
-    let r = (x.max(-88.0) - n * LN2_HI) - n * LN2_LO;
-    // n as a two's complement integer.
+    let n = rounded - ROUND; // the integer nearest t
+    let f = t - n; // exact
+    // n as a two's complement integer, then 2^n from its exponent bits.
     let n_bits = rounded.to_bits().wrapping_sub(ROUND.to_bits());
     let two_n = f32::from_bits(n_bits.wrapping_add(127) << 23);
-    // Horner: ((c₇·r + c₆)·r + …)·r + c₀.
-    let p = TAYLOR.iter().rev().fold(0.0, |p, &c| madd::<f32, FMA>(p, r, c));
-    if x.is_nan() {
-        x
-    } else if x * std::f32::consts::LOG2_E < -126.0 {
-        0.0
-    } else {
-        two_n * p
-    }
+    // Estrin: (c₀ + c₁f) + f²·((c₂ + c₃f) + f²·(c₄ + c₅f)), three short chains side by side
+    // instead of Horner's one long chain of five multiply-adds.
+    let f2 = f * f;
+    let [c0, c1, c2, c3, c4, c5] = C;
+    let (low, mid, high) = (
+        madd::<f32, FMA>(c1, f, c0),
+        madd::<f32, FMA>(c3, f, c2),
+        madd::<f32, FMA>(c5, f, c4),
+    );
+    let p = madd::<f32, FMA>(madd::<f32, FMA>(high, f2, mid), f2, low);
+    // Below 2^-126 (where 2^n no longer fits the exponent bits), and −∞: 0. NaN fails the
+    // test and stays NaN through f and p.
+    if t < -126.0 { 0.0 } else { two_n * p }
 }
 // ANCHOR_END: fast_exp
 
@@ -613,8 +684,9 @@ mod tests {
             let std = x.exp();
             for fast in [exp_f32::<false>(x), exp_f32::<true>(x)] {
                 if std >= f32::MIN_POSITIVE {
-                    // A normal result: within 3e-7 of it, relatively.
-                    assert!((fast - std).abs() <= 3e-7 * std, "exp({x}) = {std}, fast {fast}");
+                    // A normal result: within 3e-7 + 1.2e-7·|x| of it, relatively.
+                    let tolerance = (3e-7 + 1.2e-7 * x.abs()) * std;
+                    assert!((fast - std).abs() <= tolerance, "exp({x}) = {std}, fast {fast}");
                 } else {
                     // Below 2^-126 (1.2e-38): 0, or the last normal values near the cut.
                     let near = (fast - std).abs() <= 3e-7 * f32::MIN_POSITIVE;

@@ -34,7 +34,8 @@ use ndarray::{
     ArrayViewMut1, ArrayViewMut2, Axis, Dimension, IxDyn, ShapeBuilder, Zip, s,
 };
 use rayon::prelude::*;
-use std::any::TypeId;
+use std::any::{Any, TypeId};
+use std::cell::RefCell;
 
 use crate::error::{AttentionError, Result};
 use crate::float::Float;
@@ -427,9 +428,8 @@ fn forward_with<A: Float, D: Dimension>(
         .collect();
     // A short sequence needs less than a whole tile.
     let scratch = Tiles { block_q: tiles.block_q.min(l_q), tile_k: tiles.tile_k.min(l_k) };
-    tasks.into_par_iter().for_each_init(
-        || Scratch::new(scratch, d_k, d_v),
-        |scratch, (b, i0, out_block, lse_block)| {
+    tasks.into_par_iter().for_each(|(b, i0, out_block, lse_block)| {
+        with_scratch(scratch, d_k, d_v, |scratch| {
             let rows = i0..i0 + out_block.nrows();
             let x = Block {
                 visible: visible(masks.as_deref(), masking, b, rows.clone()),
@@ -448,8 +448,8 @@ fn forward_with<A: Float, D: Dimension>(
                 }
             }
             // ANCHOR_END: write_lse
-        },
-    );
+        })
+    });
 
     Ok((unflatten(out, lead), lse.map(|lse| unflatten(lse, lead))))
 }
@@ -559,6 +559,35 @@ struct Scratch<A> {
     acc: Vec<A>,
     running: Vec<Running<A>>,
     scores_stride: usize,
+    key: (Tiles, usize, usize),
+}
+
+thread_local! {
+    /// This thread's [`Scratch`], kept from one task, and one call, to the next.
+    static SCRATCH: RefCell<Option<Box<dyn Any>>> = const { RefCell::new(None) };
+}
+
+/// Runs `f` with this thread's scratch for these sizes, allocated on the thread's first task
+/// (or when the sizes change) and then reused: one per thread, a few hundred KiB, kept
+/// between calls.
+fn with_scratch<A: Float, R>(
+    tiles: Tiles,
+    d_k: usize,
+    d_v: usize,
+    f: impl FnOnce(&mut Scratch<A>) -> R,
+) -> R {
+    SCRATCH.with(|cell| {
+        let mut slot = cell.borrow_mut();
+        let key = (tiles, d_k, d_v);
+        let fits = slot
+            .as_mut()
+            .and_then(|s| s.downcast_mut::<Scratch<A>>())
+            .is_some_and(|s| s.key == key);
+        if !fits {
+            *slot = Some(Box::new(Scratch::<A>::new(tiles, d_k, d_v)));
+        }
+        f(slot.as_mut().and_then(|s| s.downcast_mut()).expect("a scratch of this type"))
+    })
 }
 
 /// The most queries a micro-kernel takes at once (see [`attend_block_on`]).
@@ -574,15 +603,16 @@ impl<A: Float> Scratch<A> {
             acc: vec![A::zero(); rows * d_v.next_multiple_of(NR)],
             running: vec![Running::new(); tiles.block_q],
             scores_stride,
+            key: (tiles, d_k, d_v),
         }
     }
 }
 
 /// One query block's task: its queries, its head's packed keys and values, which keys it may
 /// see, and where it starts.
-struct Block<'a, A> {
+struct Block<'a, A: Clone> {
     q: ArrayView2<'a, A>,
-    head: &'a PackedHead<A>,
+    head: &'a PackedHead<'a, A>,
     visible: Visible<'a>,
     i0: usize,
     scale: A,
@@ -623,7 +653,7 @@ fn attend_block_avx512<A: Float>(x: &Block<A>, out: ArrayViewMut2<A>, s: &mut Sc
 #[target_feature(enable = "avx2,fma")]
 fn attend_block_avx2<A: Float>(x: &Block<A>, out: ArrayViewMut2<A>, s: &mut Scratch<A>) {
     if is_f32::<A>() {
-        attend_block::<A, 4, true>(x, out, s) // 4 rows × 2 registers of 8 lanes
+        attend_block::<A, 6, true>(x, out, s) // 6 rows × 2 registers of 8 lanes
     } else {
         attend_block::<A, 2, true>(x, out, s) // 2 rows × 4 registers of 4 lanes
     }
