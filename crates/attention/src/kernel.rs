@@ -234,7 +234,8 @@ impl<'a, A: Float> PackedHead<'a, A> {
     /// use attention::kernel::PackedHead;
     /// use ndarray::Array2;
     ///
-    /// let packed = PackedHead::new(Array2::<f64>::ones((5, 4)).view(), Array2::ones((5, 1)).view(), 8);
+    /// let (k, v) = (Array2::<f64>::ones((5, 4)), Array2::ones((5, 1)));
+/// let packed = PackedHead::new(k.view(), v.view(), 8);
     /// assert_eq!(packed.keys().len(), 16 * 4); // one tile, one panel of 16 keys
     /// ```
     // ANCHOR: pack
@@ -275,7 +276,8 @@ impl<'a, A: Float> PackedHead<'a, A> {
     /// use attention::kernel::PackedHead;
     /// use ndarray::Array2;
     ///
-    /// let p = PackedHead::new(Array2::<f32>::ones((3, 2)).view(), Array2::ones((3, 2)).view(), 3);
+    /// let (k, v) = (Array2::<f32>::ones((3, 2)), Array2::ones((3, 2)));
+/// let p = PackedHead::new(k.view(), v.view(), 3);
     /// assert_eq!(p.keys().iter().filter(|&&x| x == 1.0).count(), 6);
     /// ```
     pub fn keys(&self) -> &[A] {
@@ -289,7 +291,8 @@ impl<'a, A: Float> PackedHead<'a, A> {
     /// use attention::kernel::PackedHead;
     /// use ndarray::Array2;
     ///
-    /// let p = PackedHead::new(Array2::<f32>::ones((40, 8)).view(), Array2::ones((40, 1)).view(), 17);
+    /// let (k, v) = (Array2::<f32>::ones((40, 8)), Array2::ones((40, 1)));
+/// let p = PackedHead::new(k.view(), v.view(), 17);
     /// assert_eq!(p.tile_stride(), 32 * 8);
     /// ```
     pub fn tile_stride(&self) -> usize {
@@ -302,7 +305,8 @@ impl<'a, A: Float> PackedHead<'a, A> {
     /// use attention::kernel::PackedHead;
     /// use ndarray::Array2;
     ///
-    /// let p = PackedHead::new(Array2::<f32>::ones((2, 2)).view(), Array2::ones((2, 20)).view(), 2);
+    /// let (k, v) = (Array2::<f32>::ones((2, 2)), Array2::ones((2, 20)));
+/// let p = PackedHead::new(k.view(), v.view(), 2);
     /// assert_eq!(p.values().len(), 2 * 32);
     /// ```
     pub fn values(&self) -> &[A] {
@@ -315,7 +319,8 @@ impl<'a, A: Float> PackedHead<'a, A> {
     /// use attention::kernel::PackedHead;
     /// use ndarray::Array2;
     ///
-    /// let p = PackedHead::new(Array2::<f32>::ones((2, 2)).view(), Array2::ones((2, 64)).view(), 2);
+    /// let (k, v) = (Array2::<f32>::ones((2, 2)), Array2::ones((2, 64)));
+/// let p = PackedHead::new(k.view(), v.view(), 2);
     /// assert_eq!(p.values_stride(), 64);
     /// ```
     pub fn values_stride(&self) -> usize {
@@ -328,7 +333,8 @@ impl<'a, A: Float> PackedHead<'a, A> {
     /// use attention::kernel::PackedHead;
     /// use ndarray::Array2;
     ///
-    /// let p = PackedHead::new(Array2::<f32>::ones((7, 5)).view(), Array2::ones((7, 1)).view(), 2);
+    /// let (k, v) = (Array2::<f32>::ones((7, 5)), Array2::ones((7, 1)));
+/// let p = PackedHead::new(k.view(), v.view(), 2);
     /// assert_eq!(p.len(), 7);
     /// assert!(!p.is_empty());
     /// ```
@@ -342,7 +348,8 @@ impl<'a, A: Float> PackedHead<'a, A> {
     /// use attention::kernel::PackedHead;
     /// use ndarray::Array2;
     ///
-    /// let p = PackedHead::new(Array2::<f32>::ones((0, 5)).view(), Array2::ones((0, 1)).view(), 2);
+    /// let (k, v) = (Array2::<f32>::ones((0, 5)), Array2::ones((0, 1)));
+/// let p = PackedHead::new(k.view(), v.view(), 2);
     /// assert!(p.is_empty());
     /// ```
     pub fn is_empty(&self) -> bool {
@@ -355,11 +362,106 @@ impl<'a, A: Float> PackedHead<'a, A> {
     /// use attention::kernel::PackedHead;
     /// use ndarray::Array2;
     ///
-    /// let p = PackedHead::new(Array2::<f32>::ones((2, 5)).view(), Array2::ones((2, 1)).view(), 2);
+    /// let (k, v) = (Array2::<f32>::ones((2, 5)), Array2::ones((2, 1)));
+/// let p = PackedHead::new(k.view(), v.view(), 2);
     /// assert_eq!(p.d_k(), 5);
     /// ```
     pub fn d_k(&self) -> usize {
         self.d_k
+    }
+}
+
+/// How many query rows the tile loops compute for `n_q` queries and `mr` per micro-kernel:
+/// groups of `mr`, then the last `n_q mod mr` two at a time (one zero row of padding at most).
+///
+/// ```
+/// use attention::kernel::rows_computed;
+///
+/// assert_eq!(rows_computed(128, 6), 128); // 21 groups of 6, then 2
+/// assert_eq!(rows_computed(127, 6), 128); // 21 groups of 6, then 1 padded to 2
+/// assert_eq!(rows_computed(5, 1), 5);
+/// ```
+pub fn rows_computed(n_q: usize, mr: usize) -> usize {
+    let full = n_q / mr * mr;
+    full + (n_q - full).next_multiple_of(2)
+}
+
+/// The first row of each group of queries: `(row, true)` for the groups of `mr`, then
+/// `(row, false)` for the groups of two after them.
+fn groups(n_q: usize, mr: usize) -> impl Iterator<Item = (usize, bool)> {
+    let full = n_q / mr * mr;
+    (0..full).step_by(mr).map(|r| (r, true)).chain((full..n_q).step_by(2).map(|r| (r, false)))
+}
+
+/// `S = scale · Q·K_tileᵀ` for one tile: `n_q` queries (`q`: rows of `d_k`, zero rows up to
+/// [`rows_computed`]) against the first `n_k` keys of a packed tile (`keys`, as in
+/// [`PackedHead::keys`]), written to `s` (rows `s_stride` apart, [`NR`] columns per panel
+/// even past `n_k`), `MR` queries at a time and the last few two at a time
+/// ([`scores_panel`]).
+///
+/// ```
+/// use attention::kernel::{PackedHead, scores_tile};
+/// use ndarray::Array2;
+///
+/// let q = Array2::from_shape_fn((3, 2), |(i, d)| (i + d) as f32);
+/// let k = Array2::from_shape_fn((5, 2), |(j, d)| (j * d) as f32);
+/// let packed = PackedHead::new(k.view(), k.view(), 5);
+/// let mut q_rows = q.as_slice().unwrap().to_vec();
+/// q_rows.extend([0.0; 2]); // 3 queries: 4 rows computed
+/// let mut s = vec![0.0_f32; 4 * 16];
+/// scores_tile::<f32, 2, false>((&q_rows, 3, 2), (packed.keys(), 5), 1.0, (&mut s, 16));
+/// assert_eq!(s[2 * 16 + 4], q.row(2).dot(&k.row(4))); // query 2, key 4
+/// ```
+#[inline(always)]
+pub fn scores_tile<A: Float, const MR: usize, const FMA: bool>(
+    (q, n_q, d_k): (&[A], usize, usize),
+    (keys, n_k): (&[A], usize),
+    scale: A,
+    (s, s_stride): (&mut [A], usize),
+) {
+    let panels = keys.chunks_exact(NR * d_k).take(n_k.div_ceil(NR));
+    for (panel, kt) in panels.enumerate() {
+        for (r, full) in groups(n_q, MR) {
+            let (q_at, s_at) = (&q[r * d_k..], &mut s[r * s_stride + panel * NR..]);
+            if full {
+                scores_panel::<A, MR, FMA>(q_at, kt, d_k, scale, s_at, s_stride);
+            } else {
+                scores_panel::<A, 2, FMA>(q_at, kt, d_k, scale, s_at, s_stride);
+            }
+        }
+    }
+}
+
+/// `U += P·V_tile` for one tile: the weights `p` (`n_q` rows `s_stride` apart, zero-padded
+/// as in [`scores_tile`]) times `n_k` rows of padded values (`values`, rows `o_stride` apart,
+/// as in [`PackedHead::values`]), added to `acc` (rows `o_stride` apart), `MR` rows by [`NR`]
+/// columns at a time ([`pv_panel`]).
+///
+/// ```
+/// use attention::kernel::pv_tile;
+///
+/// let p = [0.5_f64; 2 * 3]; // 2 queries, 3 keys, stride 3
+/// let values = [1.0_f64; 3 * 16]; // 3 keys, d_v = 16
+/// let mut acc = [0.0_f64; 2 * 16];
+/// pv_tile::<f64, 1, false>((&p, 3, 2), (&values, 3), (&mut acc, 16));
+/// assert_eq!(acc, [1.5; 32]);
+/// ```
+#[inline(always)]
+pub fn pv_tile<A: Float, const MR: usize, const FMA: bool>(
+    (p, s_stride, n_q): (&[A], usize, usize),
+    (values, n_k): (&[A], usize),
+    (acc, o_stride): (&mut [A], usize),
+) {
+    for (r, full) in groups(n_q, MR) {
+        for c in (0..o_stride).step_by(NR) {
+            let (p_at, v, o) =
+                (&p[r * s_stride..], &values[c..], &mut acc[r * o_stride + c..]);
+            if full {
+                pv_panel::<A, MR, FMA>(p_at, s_stride, n_k, v, o_stride, o, o_stride);
+            } else {
+                pv_panel::<A, 2, FMA>(p_at, s_stride, n_k, v, o_stride, o, o_stride);
+            }
+        }
     }
 }
 
@@ -612,8 +714,8 @@ fn as_f32<A: Float>(row: &mut [A]) -> Option<&mut [f32]> {
 ///
 /// Within `3e-7 + 1.2e-7·|x|` of the exact value, relatively, for results above `2^-126`
 /// (`x > −87.34`); the second term comes from rounding `x·log₂e` to `f32` (`1.5e-6` at
-/// `x = −10`, where the result is already below `5e-5`). Results below `2^-126`, and `exp(−∞)`, are 0;
-/// `exp(NaN)` is NaN.
+/// `x = −10`, where the result is already below `5e-5`). Below, results are within that much
+/// of `2^-126` or 0, and 0 below `2^-127.5` (`x < −88.4`), as is `exp(−∞)`; `exp(NaN)` is NaN.
 ///
 /// ```
 /// use attention::kernel::exp_f32;
@@ -630,8 +732,9 @@ pub fn exp_f32<const FMA: bool>(x: f32) -> f32 {
 
 /// `2^t` for `t ≤ 0` in `f32`, branch-free so that loops over it vectorise: `t = n + f` with
 /// `n` the integer nearest `t` and `|f| ≤ ½`; `2^n` is built in the exponent bits and `2^f`
-/// is a polynomial of degree 5 (relative error below `1e-7`). Results below `2^-126`, and
-/// `2^−∞`, are 0; NaN stays NaN.
+/// is a polynomial of degree 5 (relative error below `1e-7`). Results below `2^-127.5`, and
+/// `2^−∞`, are 0 (`t` is first raised to −127, where `2^n` has all exponent bits 0); NaN
+/// stays NaN.
 ///
 /// ```
 /// use attention::kernel::exp2_f32;
@@ -648,9 +751,14 @@ pub fn exp2_f32<const FMA: bool>(t: f32) -> f32 {
     // 2^f = exp(f·ln 2) ≈ 1 + c₁f + … + c₅f⁵ for |f| ≤ ½, fitted for the least relative error.
     const C: [f32; 6] =
         [1.0, 0.693_146_94, 0.240_222_42, 0.055_507_336, 0.009_671_513, 0.001_326_472_6];
+    // Below −127 the result is 0 (2^n with n = −127 has all exponent bits 0), and so is
+    // 2^−∞; NaN fails the test and goes on, NaN to the end.
+    let t = if t < -127.0 { -127.0 } else { t };
     let rounded = t + ROUND;
-    let n = rounded - ROUND; // the integer nearest t
-    let f = t - n; // exact
+    // The integer nearest t (ties to even, as the addition rounds): one instruction where
+    // the build has SSE4.1 (every FMA build), the addition undone elsewhere.
+    let n = if FMA { t.round_ties_even() } else { rounded - ROUND };
+    let f = t - n; // exact, |f| ≤ ½
     // n as a two's complement integer, then 2^n from its exponent bits.
     let n_bits = rounded.to_bits().wrapping_sub(ROUND.to_bits());
     let two_n = f32::from_bits(n_bits.wrapping_add(127) << 23);
@@ -663,10 +771,7 @@ pub fn exp2_f32<const FMA: bool>(t: f32) -> f32 {
         madd::<f32, FMA>(c3, f, c2),
         madd::<f32, FMA>(c5, f, c4),
     );
-    let p = madd::<f32, FMA>(madd::<f32, FMA>(high, f2, mid), f2, low);
-    // Below 2^-126 (where 2^n no longer fits the exponent bits), and −∞: 0. NaN fails the
-    // test and stays NaN through f and p.
-    if t < -126.0 { 0.0 } else { two_n * p }
+    two_n * madd::<f32, FMA>(madd::<f32, FMA>(high, f2, mid), f2, low)
 }
 // ANCHOR_END: fast_exp
 
@@ -683,14 +788,14 @@ mod tests {
         for x in xs {
             let std = x.exp();
             for fast in [exp_f32::<false>(x), exp_f32::<true>(x)] {
-                if std >= f32::MIN_POSITIVE {
-                    // A normal result: within 3e-7 + 1.2e-7·|x| of it, relatively.
-                    let tolerance = (3e-7 + 1.2e-7 * x.abs()) * std;
-                    assert!((fast - std).abs() <= tolerance, "exp({x}) = {std}, fast {fast}");
-                } else {
-                    // Below 2^-126 (1.2e-38): 0, or the last normal values near the cut.
-                    let near = (fast - std).abs() <= 3e-7 * f32::MIN_POSITIVE;
-                    assert!(fast == 0.0 || near, "exp({x}) = {std}, fast {fast}");
+                // Within 3e-7 + 1.2e-7·|x| of it, relatively, down to 2^-126 (1.2e-38);
+                // below, that much of 2^-126 or 0 (always 0 below 2^-127.5).
+                let relative = 3e-7 + 1.2e-7 * x.abs();
+                let near = (fast - std).abs() <= relative * std.max(f32::MIN_POSITIVE);
+                let flushed = fast == 0.0 && std < f32::MIN_POSITIVE;
+                assert!(near || flushed, "exp({x}) = {std}, fast {fast}");
+                if x < -88.4 {
+                    assert_eq!(fast, 0.0, "exp({x})");
                 }
             }
         }

@@ -39,7 +39,9 @@ use std::cell::RefCell;
 
 use crate::error::{AttentionError, Result};
 use crate::float::Float;
-use crate::kernel::{NR, PackedHead, Simd, exp_in_place, pv_panel, row_max, scores_panel};
+use crate::kernel::{
+    NR, PackedHead, Simd, exp_in_place, pv_tile, row_max, rows_computed, scores_tile,
+};
 use crate::mask::Mask;
 use crate::shapes::check_qkv;
 
@@ -680,7 +682,7 @@ fn attend_block<A: Float, const MR: usize, const FMA: bool>(
         Visible::Causal => causal_end(x.i0, n_q, head.len()),
         _ => head.len(),
     };
-    let rows = n_q.next_multiple_of(MR);
+    let rows = rows_computed(n_q, MR); // n_q, or one or a few more: zero queries
     let q = &mut scratch.q[..rows * d_k];
     q.fill(A::zero());
     for (to, query) in q.chunks_exact_mut(d_k).zip(x.q.rows()) {
@@ -702,12 +704,7 @@ fn attend_block<A: Float, const MR: usize, const FMA: bool>(
         let keys = &head.keys()[j0 / x.tile_k * head.tile_stride()..];
         let s = &mut scratch.scores[..rows * s_stride];
         // S = Q_blk · K_tileᵀ / √d_k, MR queries × 16 keys at a time.
-        for (g, queries) in q.chunks_exact(MR * d_k).enumerate() {
-            for (panel, kt) in keys.chunks_exact(NR * d_k).take(n_k.div_ceil(NR)).enumerate() {
-                let s_at = &mut s[g * MR * s_stride + panel * NR..];
-                scores_panel::<A, MR, FMA>(queries, kt, d_k, x.scale, s_at, s_stride);
-            }
-        }
+        scores_tile::<A, MR, FMA>((q, n_q, d_k), (keys, n_k), x.scale, (s, s_stride));
         let shape = (n_q, n_k).strides((s_stride, 1));
         let mut p = ArrayViewMut2::from_shape(shape, &mut s[..]).expect("the tile buffer");
         mask_tile(&mut p, x.visible, x.i0, j0);
@@ -740,13 +737,7 @@ fn attend_block<A: Float, const MR: usize, const FMA: bool>(
         }
         // U += P · V_tile, MR rows × 16 columns at a time.
         let values = &head.values()[j0 * o_stride..];
-        for (g, acc_rows) in acc.chunks_exact_mut(MR * o_stride).enumerate() {
-            let p_rows = &s[g * MR * s_stride..];
-            for c in (0..o_stride).step_by(NR) {
-                let (v, o) = (&values[c..], &mut acc_rows[c..]);
-                pv_panel::<A, MR, FMA>(p_rows, s_stride, n_k, v, o_stride, o, o_stride);
-            }
-        }
+        pv_tile::<A, MR, FMA>((s, s_stride, n_q), (values, n_k), (acc, o_stride));
     }
     for ((mut out_row, run), acc_row) in
         out.rows_mut().into_iter().zip(running.iter()).zip(acc.chunks_exact(o_stride))
