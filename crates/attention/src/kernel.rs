@@ -632,6 +632,22 @@ pub fn exp_in_place<A: Float, const FMA: bool>(row: &mut [A], max: A) -> A {
     sum
 }
 
+/// `exp(x)` for one `x ≤ 0`: [`exp_f32`] for `f32`, the standard library's for `f64`.
+///
+/// ```
+/// use attention::kernel::exp_one;
+///
+/// assert_eq!(exp_one::<f64, false>(-1.0), (-1.0_f64).exp());
+/// assert!((exp_one::<f32, true>(-1.0) - (-1.0_f32).exp()).abs() < 1e-7);
+/// assert_eq!(exp_one::<f32, false>(f32::NEG_INFINITY), 0.0);
+/// ```
+#[inline(always)]
+pub fn exp_one<A: Float, const FMA: bool>(x: A) -> A {
+    let mut one = [x];
+    exp_in_place::<A, FMA>(&mut one, A::zero());
+    one[0]
+}
+
 /// [`exp_in_place`] in the build `simd` names, for a caller outside the compiled loops
 /// (the tiled backward pass).
 ///

@@ -40,7 +40,7 @@ use std::cell::RefCell;
 use crate::error::{AttentionError, Result};
 use crate::float::Float;
 use crate::kernel::{
-    NR, PackedHead, Simd, exp_in_place, pv_tile, row_max, rows_computed, scores_tile,
+    NR, PackedHead, Simd, exp_in_place, exp_one, pv_tile, row_max, rows_computed, scores_tile,
 };
 use crate::mask::Mask;
 use crate::shapes::check_qkv;
@@ -725,7 +725,7 @@ fn attend_block<A: Float, const MR: usize, const FMA: bool>(
                 continue;
             }
             // 0 on the first visible tile, 1 if the max held.
-            let rescale = (run.max - max).exp();
+            let rescale = exp_one::<A, FMA>(run.max - max);
             // P = exp(S − m'), in place (`max` is the new maximum m').
             let tile_sum = exp_in_place::<A, FMA>(p_row, max);
             run.sum = run.sum * rescale + tile_sum;
