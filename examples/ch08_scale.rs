@@ -60,16 +60,22 @@ const SEED: u64 = 8;
 const MIB: f64 = 1024.0 * 1024.0;
 
 /// Bytes of `f32` the plain and the tiled path need beyond their inputs, for one head of
-/// length `l` and width `d`: the plain path holds the scores and the weights (two `L × L`
-/// matrices: softmax writes a new array) and the output; the tiled path one scores tile and
-/// one running `(m, l)` pair per row of a block, per thread, and the output.
+/// length `l` and width `d`, as a model (what the allocations hold, not what a process
+/// measures): the plain path holds the scores and the weights (two `L × L` matrices: softmax
+/// writes a new array) and the output; the tiled path, per thread, one scratch (a scores tile,
+/// the block's queries and its output accumulator, with 8 spare rows and rows padded to 16
+/// columns, and a running `(m, l)` pair per row), plus the keys packed once (`L × d`, padded
+/// per tile to 16 keys; the values are used in place when `d` is a multiple of 16) and the
+/// output.
 fn extra_bytes(l: usize, d: usize) -> (usize, usize) {
     let f32_bytes = std::mem::size_of::<f32>();
-    let tiles = Tiles::default();
+    let t = Tiles::default();
     let output = l * d * f32_bytes;
     let plain = 2 * l * l * f32_bytes + output;
-    let per_thread = tiles.scratch_len() * f32_bytes + tiles.block_q * 2 * f32_bytes;
-    (plain, THREADS * per_thread + output)
+    let rows = t.block_q + 8;
+    let scratch = rows * (t.tile_k.next_multiple_of(16) + d + d.next_multiple_of(16)) + t.block_q * 2;
+    let packed_keys = l.div_ceil(t.tile_k) * t.tile_k.next_multiple_of(16) * d;
+    (plain, (THREADS * scratch + packed_keys) * f32_bytes + output)
 }
 
 /// Everything the example prints before timing anything, as one text (also written to
@@ -129,7 +135,7 @@ fn report() -> Result<String, Box<dyn Error>> {
     let t = Tiles::default();
     writeln!(
         out,
-        "Memory beyond the inputs, f32, one head, d = {D} (tiled: {} × {} tiles, {THREADS} threads):",
+        "Memory beyond the inputs, a model, f32, one head, d = {D} (tiled: {} × {} tiles, {THREADS} threads):",
         t.block_q, t.tile_k
     )?;
     writeln!(out, "      L   inputs MiB    plain MiB   tiled MiB")?;
@@ -177,9 +183,9 @@ pub fn render_figures(out_dir: &Path) -> Result<Vec<PathBuf>, Box<dyn Error>> {
 
     let memory_png = out_dir.join("ch08_memory.png");
     let mib = |f: fn(usize) -> f64| MEMORY_LENGTHS.iter().map(move |&l| (l as f64, f(l) / MIB));
-    against_l(format!("Memory beyond the inputs, one head, d = {D}, f32"), "MiB")
+    against_l(format!("Memory beyond the inputs, a model: one head, d = {D}, f32"), "MiB")
         .series("plain: scores + weights (L × L each) + output", mib(|l| extra_bytes(l, D).0 as f64))
-        .series("tiled: 2 threads × one tile + output", mib(|l| extra_bytes(l, D).1 as f64))
+        .series("tiled: 2 threads' scratch + packed keys + output", mib(|l| extra_bytes(l, D).1 as f64))
         .series("the inputs Q, K, V", mib(|l| (3 * l * D * 4) as f64))
         .save(&memory_png)?;
 
@@ -254,7 +260,10 @@ fn gemm_gflops() -> f64 {
 
 /// The sweep as a table, with the tiled path's rate against the GEMM rate of `threads` threads.
 fn timing_table(rows: &[Timing], threads: usize, gemm: f64) -> String {
-    let mut out = format!("f32, {HEADS} heads, d = {D}, median ms on {threads} threads (the plain path uses one)\n");
+    let (cpu, features) = timing::machine();
+    let simd = attention::kernel::Simd::chosen().map_or_else(|e| e.to_string(), |s| s.name().to_string());
+    let mut out = format!("{cpu}: {features}; tiled inner loops: {simd}\n");
+    out += &format!("f32, {HEADS} heads, d = {D}, median ms on {threads} threads (the plain path uses one)\n");
     out += &format!("GEMM on this machine: {gemm:.0} GFLOP/s per thread ({:.0} on {threads})\n", gemm * threads as f64);
     out += "     L  causal     plain     tiled   plain/tiled   tiled GFLOP/s   % of GEMM\n";
     for r in rows {

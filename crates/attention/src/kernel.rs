@@ -21,7 +21,8 @@
 //! Only the AVX-512 and AVX2 builds use fused multiply-add ([`madd`]): elsewhere `mul_add`
 //! would be a call into the C library for every product.
 //!
-//! Anchors (below the doc comments): `simd`, `pack`, `scores_panel`, `pv_panel`, `fast_exp`.
+//! Anchors (below the doc comments): `simd`, `pack`, `scores_panel`, `pv_panel`, `tile_loops`,
+//! `fast_exp`, `exp_dispatch`.
 
 use std::borrow::Cow;
 use std::iter::repeat_n;
@@ -95,6 +96,7 @@ impl Simd {
     ///
     /// assert!(Simd::Portable.is_supported());
     /// ```
+    // ANCHOR: simd
     pub fn is_supported(self) -> bool {
         match self {
             #[cfg(target_arch = "x86_64")]
@@ -109,6 +111,7 @@ impl Simd {
             _ => false,
         }
     }
+    // ANCHOR_END: simd
 
     /// Every build this processor can run, widest first: what the tests compare against the
     /// plain path.
@@ -189,10 +192,12 @@ impl Simd {
 /// assert_eq!(madd::<f32, false>(x, y, -1.0), x * y - 1.0);
 /// assert_ne!(madd::<f32, true>(x, y, -1.0), x * y - 1.0); // fused: the exact product
 /// ```
+// ANCHOR: simd
 #[inline(always)]
 pub fn madd<A: Float, const FMA: bool>(a: A, b: A, c: A) -> A {
     if FMA { a.mul_add(b, c) } else { a * b + c }
 }
+// ANCHOR_END: simd
 
 /// One head's keys and values, rewritten once into the order the micro-kernels read them.
 ///
@@ -218,12 +223,12 @@ pub fn madd<A: Float, const FMA: bool>(a: A, b: A, c: A) -> A {
 /// ```
 // ANCHOR: pack
 pub struct PackedHead<'a, A: Clone> {
-    kt: Vec<A>,
-    v: Cow<'a, [A]>,
-    l_k: usize,
-    d_k: usize,
-    tile_stride: usize,
-    v_stride: usize,
+    pub(crate) kt: Vec<A>,
+    pub(crate) v: Cow<'a, [A]>,
+    pub(crate) l_k: usize,
+    pub(crate) d_k: usize,
+    pub(crate) tile_stride: usize,
+    pub(crate) v_stride: usize,
 }
 
 impl<'a, A: Float> PackedHead<'a, A> {
@@ -235,7 +240,7 @@ impl<'a, A: Float> PackedHead<'a, A> {
     /// use ndarray::Array2;
     ///
     /// let (k, v) = (Array2::<f64>::ones((5, 4)), Array2::ones((5, 1)));
-/// let packed = PackedHead::new(k.view(), v.view(), 8);
+    /// let packed = PackedHead::new(k.view(), v.view(), 8);
     /// assert_eq!(packed.keys().len(), 16 * 4); // one tile, one panel of 16 keys
     /// ```
     // ANCHOR: pack
@@ -277,7 +282,7 @@ impl<'a, A: Float> PackedHead<'a, A> {
     /// use ndarray::Array2;
     ///
     /// let (k, v) = (Array2::<f32>::ones((3, 2)), Array2::ones((3, 2)));
-/// let p = PackedHead::new(k.view(), v.view(), 3);
+    /// let p = PackedHead::new(k.view(), v.view(), 3);
     /// assert_eq!(p.keys().iter().filter(|&&x| x == 1.0).count(), 6);
     /// ```
     pub fn keys(&self) -> &[A] {
@@ -292,7 +297,7 @@ impl<'a, A: Float> PackedHead<'a, A> {
     /// use ndarray::Array2;
     ///
     /// let (k, v) = (Array2::<f32>::ones((40, 8)), Array2::ones((40, 1)));
-/// let p = PackedHead::new(k.view(), v.view(), 17);
+    /// let p = PackedHead::new(k.view(), v.view(), 17);
     /// assert_eq!(p.tile_stride(), 32 * 8);
     /// ```
     pub fn tile_stride(&self) -> usize {
@@ -306,7 +311,7 @@ impl<'a, A: Float> PackedHead<'a, A> {
     /// use ndarray::Array2;
     ///
     /// let (k, v) = (Array2::<f32>::ones((2, 2)), Array2::ones((2, 20)));
-/// let p = PackedHead::new(k.view(), v.view(), 2);
+    /// let p = PackedHead::new(k.view(), v.view(), 2);
     /// assert_eq!(p.values().len(), 2 * 32);
     /// ```
     pub fn values(&self) -> &[A] {
@@ -320,7 +325,7 @@ impl<'a, A: Float> PackedHead<'a, A> {
     /// use ndarray::Array2;
     ///
     /// let (k, v) = (Array2::<f32>::ones((2, 2)), Array2::ones((2, 64)));
-/// let p = PackedHead::new(k.view(), v.view(), 2);
+    /// let p = PackedHead::new(k.view(), v.view(), 2);
     /// assert_eq!(p.values_stride(), 64);
     /// ```
     pub fn values_stride(&self) -> usize {
@@ -334,7 +339,7 @@ impl<'a, A: Float> PackedHead<'a, A> {
     /// use ndarray::Array2;
     ///
     /// let (k, v) = (Array2::<f32>::ones((7, 5)), Array2::ones((7, 1)));
-/// let p = PackedHead::new(k.view(), v.view(), 2);
+    /// let p = PackedHead::new(k.view(), v.view(), 2);
     /// assert_eq!(p.len(), 7);
     /// assert!(!p.is_empty());
     /// ```
@@ -349,7 +354,7 @@ impl<'a, A: Float> PackedHead<'a, A> {
     /// use ndarray::Array2;
     ///
     /// let (k, v) = (Array2::<f32>::ones((0, 5)), Array2::ones((0, 1)));
-/// let p = PackedHead::new(k.view(), v.view(), 2);
+    /// let p = PackedHead::new(k.view(), v.view(), 2);
     /// assert!(p.is_empty());
     /// ```
     pub fn is_empty(&self) -> bool {
@@ -363,7 +368,7 @@ impl<'a, A: Float> PackedHead<'a, A> {
     /// use ndarray::Array2;
     ///
     /// let (k, v) = (Array2::<f32>::ones((2, 5)), Array2::ones((2, 1)));
-/// let p = PackedHead::new(k.view(), v.view(), 2);
+    /// let p = PackedHead::new(k.view(), v.view(), 2);
     /// assert_eq!(p.d_k(), 5);
     /// ```
     pub fn d_k(&self) -> usize {
@@ -381,17 +386,21 @@ impl<'a, A: Float> PackedHead<'a, A> {
 /// assert_eq!(rows_computed(127, 6), 128); // 21 groups of 6, then 1 padded to 2
 /// assert_eq!(rows_computed(5, 1), 5);
 /// ```
+// ANCHOR: tile_loops
 pub fn rows_computed(n_q: usize, mr: usize) -> usize {
     let full = n_q / mr * mr;
     full + (n_q - full).next_multiple_of(2)
 }
+// ANCHOR_END: tile_loops
 
 /// The first row of each group of queries: `(row, true)` for the groups of `mr`, then
 /// `(row, false)` for the groups of two after them.
+// ANCHOR: tile_loops
 fn groups(n_q: usize, mr: usize) -> impl Iterator<Item = (usize, bool)> {
     let full = n_q / mr * mr;
     (0..full).step_by(mr).map(|r| (r, true)).chain((full..n_q).step_by(2).map(|r| (r, false)))
 }
+// ANCHOR_END: tile_loops
 
 /// `S = scale · Q·K_tileᵀ` for one tile: `n_q` queries (`q`: rows of `d_k`, zero rows up to
 /// [`rows_computed`]) against the first `n_k` keys of a packed tile (`keys`, as in
@@ -412,6 +421,7 @@ fn groups(n_q: usize, mr: usize) -> impl Iterator<Item = (usize, bool)> {
 /// scores_tile::<f32, 2, false>((&q_rows, 3, 2), (packed.keys(), 5), 1.0, (&mut s, 16));
 /// assert_eq!(s[2 * 16 + 4], q.row(2).dot(&k.row(4))); // query 2, key 4
 /// ```
+// ANCHOR: tile_loops
 #[inline(always)]
 pub fn scores_tile<A: Float, const MR: usize, const FMA: bool>(
     (q, n_q, d_k): (&[A], usize, usize),
@@ -431,6 +441,7 @@ pub fn scores_tile<A: Float, const MR: usize, const FMA: bool>(
         }
     }
 }
+// ANCHOR_END: tile_loops
 
 /// `U += P·V_tile` for one tile: the weights `p` (`n_q` rows `s_stride` apart, zero-padded
 /// as in [`scores_tile`]) times `n_k` rows of padded values (`values`, rows `o_stride` apart,
@@ -446,6 +457,7 @@ pub fn scores_tile<A: Float, const MR: usize, const FMA: bool>(
 /// pv_tile::<f64, 1, false>((&p, 3, 2), (&values, 3), (&mut acc, 16));
 /// assert_eq!(acc, [1.5; 32]);
 /// ```
+// ANCHOR: tile_loops
 #[inline(always)]
 pub fn pv_tile<A: Float, const MR: usize, const FMA: bool>(
     (p, s_stride, n_q): (&[A], usize, usize),
@@ -464,10 +476,12 @@ pub fn pv_tile<A: Float, const MR: usize, const FMA: bool>(
         }
     }
 }
+// ANCHOR_END: tile_loops
 
 /// Runs `body` for `r = 0, 1, …, MR − 1` (`MR` at most 8), written out one copy after
 /// another instead of as a loop, so that each row's sums are separate values that the
 /// compiler keeps in registers (a loop over more than 4 rows of 16 it would not unroll).
+// ANCHOR: scores_panel
 macro_rules! each_row {
     ($mr:expr, |$r:ident| $body:expr) => {
         const { assert!($mr <= 8, "at most 8 rows per micro-kernel") };
@@ -480,6 +494,7 @@ macro_rules! each_row {
         })*
     };
 }
+// ANCHOR_END: scores_panel
 
 /// Scores of `MR` queries against one panel of [`NR`] packed keys:
 /// `s[r][c] = scale · Σ_dim q[r][dim] · kt[dim][c]`, written to `s` (rows `s_stride` apart).
@@ -589,6 +604,7 @@ pub fn pv_panel<A: Float, const MR: usize, const FMA: bool>(
 /// assert_eq!(row_max(&[1.0_f32, f32::NAN, 3.0, f32::NEG_INFINITY]), 3.0);
 /// assert_eq!(row_max::<f64>(&[]), f64::NEG_INFINITY);
 /// ```
+// ANCHOR: fast_exp
 #[inline(always)]
 pub fn row_max<A: Float>(row: &[A]) -> A {
     let bigger = |m: A, x: A| if x > m { x } else { m };
@@ -601,6 +617,7 @@ pub fn row_max<A: Float>(row: &[A]) -> A {
     }
     chunks.remainder().iter().chain(&lanes).fold(A::neg_infinity(), |m, &x| bigger(m, x))
 }
+// ANCHOR_END: fast_exp
 
 /// Replaces every `s` of `row` by `exp(s − max)` (−∞ becomes 0, NaN stays NaN) and returns
 /// their sum.
@@ -630,56 +647,6 @@ pub fn exp_in_place<A: Float, const FMA: bool>(row: &mut [A], max: A) -> A {
         sum = sum + *s;
     }
     sum
-}
-
-/// `exp(x)` for one `x ≤ 0`: [`exp_f32`] for `f32`, the standard library's for `f64`.
-///
-/// ```
-/// use attention::kernel::exp_one;
-///
-/// assert_eq!(exp_one::<f64, false>(-1.0), (-1.0_f64).exp());
-/// assert!((exp_one::<f32, true>(-1.0) - (-1.0_f32).exp()).abs() < 1e-7);
-/// assert_eq!(exp_one::<f32, false>(f32::NEG_INFINITY), 0.0);
-/// ```
-#[inline(always)]
-pub fn exp_one<A: Float, const FMA: bool>(x: A) -> A {
-    let mut one = [x];
-    exp_in_place::<A, FMA>(&mut one, A::zero());
-    one[0]
-}
-
-/// [`exp_in_place`] in the build `simd` names, for a caller outside the compiled loops
-/// (the tiled backward pass).
-///
-/// ```
-/// use attention::kernel::{Simd, exp_in_place_on};
-///
-/// let mut row = [0.0_f32; 20];
-/// assert_eq!(exp_in_place_on(Simd::best(), &mut row, 0.0), 20.0);
-/// ```
-pub fn exp_in_place_on<A: Float>(simd: Simd, row: &mut [A], max: A) -> A {
-    match simd {
-        // SAFETY: the caller's `simd` comes from `Simd::chosen`, which only picks a build the
-        // processor supports; checked again here, as this function is public.
-        #[cfg(target_arch = "x86_64")]
-        Simd::Avx512 if simd.is_supported() => unsafe { exp_in_place_avx512(row, max) },
-        // SAFETY: as above.
-        #[cfg(target_arch = "x86_64")]
-        Simd::Avx2 if simd.is_supported() => unsafe { exp_in_place_avx2(row, max) },
-        _ => exp_in_place::<A, false>(row, max),
-    }
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f")]
-fn exp_in_place_avx512<A: Float>(row: &mut [A], max: A) -> A {
-    exp_in_place::<A, true>(row, max)
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-fn exp_in_place_avx2<A: Float>(row: &mut [A], max: A) -> A {
-    exp_in_place::<A, true>(row, max)
 }
 
 /// The loop for `f32`, written so that it vectorises: 16 independent partial sums.
@@ -718,13 +685,69 @@ fn pairwise_sum(mut lanes: [f32; NR]) -> f32 {
 }
 // ANCHOR_END: fast_exp
 
+/// `exp(x)` for one `x ≤ 0`: [`exp_f32`] for `f32`, the standard library's for `f64`.
+///
+/// ```
+/// use attention::kernel::exp_one;
+///
+/// assert_eq!(exp_one::<f64, false>(-1.0), (-1.0_f64).exp());
+/// assert!((exp_one::<f32, true>(-1.0) - (-1.0_f32).exp()).abs() < 1e-7);
+/// assert_eq!(exp_one::<f32, false>(f32::NEG_INFINITY), 0.0);
+/// ```
+// ANCHOR: fast_exp
+#[inline(always)]
+pub fn exp_one<A: Float, const FMA: bool>(x: A) -> A {
+    let mut one = [x];
+    exp_in_place::<A, FMA>(&mut one, A::zero());
+    one[0]
+}
+// ANCHOR_END: fast_exp
+
+/// [`exp_in_place`] in the build `simd` names, for a caller outside the compiled loops
+/// (the tiled backward pass).
+///
+/// ```
+/// use attention::kernel::{Simd, exp_in_place_on};
+///
+/// let mut row = [0.0_f32; 20];
+/// assert_eq!(exp_in_place_on(Simd::best(), &mut row, 0.0), 20.0);
+/// ```
+// ANCHOR: exp_dispatch
+pub fn exp_in_place_on<A: Float>(simd: Simd, row: &mut [A], max: A) -> A {
+    match simd {
+        // SAFETY: the caller's `simd` comes from `Simd::chosen`, which only picks a build the
+        // processor supports; checked again here, as this function is public.
+        #[cfg(target_arch = "x86_64")]
+        Simd::Avx512 if simd.is_supported() => unsafe { exp_in_place_avx512(row, max) },
+        // SAFETY: as above.
+        #[cfg(target_arch = "x86_64")]
+        Simd::Avx2 if simd.is_supported() => unsafe { exp_in_place_avx2(row, max) },
+        _ => exp_in_place::<A, false>(row, max),
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+fn exp_in_place_avx512<A: Float>(row: &mut [A], max: A) -> A {
+    exp_in_place::<A, true>(row, max)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+fn exp_in_place_avx2<A: Float>(row: &mut [A], max: A) -> A {
+    exp_in_place::<A, true>(row, max)
+}
+// ANCHOR_END: exp_dispatch
+
 /// `row` as `f32`s if `A` is `f32`.
+// ANCHOR: fast_exp
 #[inline(always)]
 fn as_f32<A: Float>(row: &mut [A]) -> Option<&mut [f32]> {
     (std::any::TypeId::of::<A>() == std::any::TypeId::of::<f32>())
         // SAFETY: A is f32 (same TypeId), so the slice has f32's layout.
         .then(|| unsafe { &mut *(row as *mut [A] as *mut [f32]) })
 }
+// ANCHOR_END: fast_exp
 
 /// `exp(x)` for `x ≤ 0` in `f32`: [`exp2_f32`] of `x·log₂e`.
 ///

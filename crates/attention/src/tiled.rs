@@ -14,19 +14,21 @@
 //!    far by the same factor, and add `P · V_tile`. Divide by `l` once at the end
 //!    ([`tiled_sdpa`], [`tiled_sdpa_batched`]).
 //!
-//! The extra memory is one `block_q × tile_k` buffer per thread next to the `L_q × d_v`
-//! output, never `L_q × L_k`. The results equal the plain path's up to rounding (the tests
-//! compare them on the PyTorch fixtures within `1e-5` for `f32` and `1e-12` for `f64`); the
-//! weights are never formed, so only the output is returned (and, for the backward pass of
-//! chapter *Gradients*, each row's log-sum-exp:
+//! The extra memory is one scratch per thread (a `block_q × tile_k` scores tile, the block's
+//! queries and its unnormalised output) and each head's keys packed once (`L_k × d_k`), next
+//! to the `L_q × d_v` output, never `L_q × L_k`. The results equal the plain path's up to
+//! rounding (the tests compare them on the PyTorch fixtures within `1e-5` for `f32` and
+//! `1e-12` for `f64`); the weights are never formed, so only the output is returned (and, for
+//! the backward pass of chapter *Gradients*, each row's log-sum-exp:
 //! [`tiled_sdpa_with_lse`](crate::tiled_grad::tiled_sdpa_with_lse)).
 //!
 //! The work is spread over threads with [rayon]: every (batch, head, query block) is one task.
-//! The products go through ndarray's `general_mat_mul` (the `matrixmultiply` crate), which
-//! writes into the existing tile buffer.
+//! The two tile products and the exponentials are the micro-kernels of
+//! [`kernel`](crate::kernel),
+//! compiled for AVX-512, AVX2 with FMA, or the portable baseline ([`Simd`]).
 //!
 //! Anchors (below the doc comments): `online_update`, `online_softmax`, `attend_block`,
-//! `causal_end`, `mask_tile`, `fast_exp`; `log_sum_exp`, `write_lse` and `visible` for chapter
+//! `causal_end`, `mask_tile`; `log_sum_exp`, `write_lse` and `visible` for chapter
 //! *Gradients*.
 
 use ndarray::{
@@ -203,8 +205,9 @@ pub enum Masking<'a> {
 ///
 /// Neither needs to divide the sequence length: the last block and tile are shorter. Both
 /// must be at least 1. The default, 128 × 256, keeps a tile's scores (128 KiB of `f32`), the
-/// block's queries and its output in a core's L2 cache; it was the fastest of the sizes we
-/// tried for `d = 64` (chapter *Attention at scale*).
+/// block's queries and its output in a core's L2 cache; for `d = 64` the other sizes we tried
+/// (blocks of 64 to 256 queries, tiles of 128 to 1024 keys) were no faster
+/// (chapter *Attention at scale*).
 ///
 /// ```
 /// use attention::tiled::Tiles;
@@ -677,10 +680,10 @@ fn attend_block<A: Float, const MR: usize, const FMA: bool>(
     scratch: &mut Scratch<A>,
 ) {
     let ((n_q, d_k), head) = (x.q.dim(), x.head);
-    let (s_stride, o_stride) = (scratch.scores_stride, head.values_stride());
+    let (s_stride, o_stride) = (scratch.scores_stride, head.v_stride);
     let end = match x.visible {
-        Visible::Causal => causal_end(x.i0, n_q, head.len()),
-        _ => head.len(),
+        Visible::Causal => causal_end(x.i0, n_q, head.l_k),
+        _ => head.l_k,
     };
     let rows = rows_computed(n_q, MR); // n_q, or one or a few more: zero queries
     let q = &mut scratch.q[..rows * d_k];
@@ -701,7 +704,7 @@ fn attend_block<A: Float, const MR: usize, const FMA: bool>(
             continue; // a tile no query of the block may see adds nothing
         }
         let n_k = j1 - j0;
-        let keys = &head.keys()[j0 / x.tile_k * head.tile_stride()..];
+        let keys = &head.kt[j0 / x.tile_k * head.tile_stride..];
         let s = &mut scratch.scores[..rows * s_stride];
         // S = Q_blk · K_tileᵀ / √d_k, MR queries × 16 keys at a time.
         scores_tile::<A, MR, FMA>((q, n_q, d_k), (keys, n_k), x.scale, (s, s_stride));
@@ -736,7 +739,7 @@ fn attend_block<A: Float, const MR: usize, const FMA: bool>(
             }
         }
         // U += P · V_tile, MR rows × 16 columns at a time.
-        let values = &head.values()[j0 * o_stride..];
+        let values = &head.v[j0 * o_stride..];
         pv_tile::<A, MR, FMA>((s, s_stride, n_q), (values, n_k), (acc, o_stride));
     }
     for ((mut out_row, run), acc_row) in
