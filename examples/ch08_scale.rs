@@ -304,8 +304,8 @@ fn draw_timings(rows: &[Timing], path: &Path) -> Result<(), Box<dyn Error>> {
     Ok(())
 }
 
-/// `--peak`: one head of length `l`, `d = 64`, computed once by `what` (or, for `inputs`,
-/// not at all), for `/usr/bin/time -v`.
+/// `--peak`: one head of length `l`, `d = 64`, computed once by `what` (the tiled path on a
+/// pool of `THREADS` threads) or, for `inputs`, not at all, for `/usr/bin/time -v`.
 fn peak(what: Peak, l: usize) -> Result<(), Box<dyn Error>> {
     let mut rng = StdRng::seed_from_u64(SEED);
     let (q, k, v): (Array2<f32>, Array2<f32>, Array2<f32>) = (
@@ -316,7 +316,11 @@ fn peak(what: Peak, l: usize) -> Result<(), Box<dyn Error>> {
     let inputs_mib = (q.len() + k.len() + v.len()) as f64 * 4.0 / MIB;
     let output = match what {
         Peak::Plain => sdpa(&q, &k, &v, None)?.output,
-        Peak::Tiled => tiled_sdpa(&q, &k, &v, Masking::All, Tiles::default())?,
+        Peak::Tiled => {
+            // On a pool of THREADS, as the memory model counts (one scratch per thread).
+            let pool = rayon::ThreadPoolBuilder::new().num_threads(THREADS).build()?;
+            pool.install(|| tiled_sdpa(&q, &k, &v, Masking::All, Tiles::default()))?
+        }
         Peak::Inputs => Array2::zeros((l, D)),
     };
     let name = what

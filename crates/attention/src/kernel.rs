@@ -7,7 +7,8 @@
 //! - **Packing.** Before the first query block, each head's keys are rewritten once into the
 //!   order the scores loop reads them ([`PackedHead`]): per tile, panels of [`NR`] = 16 keys,
 //!   and in a panel, dimension after dimension, the 16 keys' entries side by side. The values
-//!   are copied once with their rows padded to a multiple of 16 columns. A general matrix
+//!   are used in place when their rows are 16-aligned, else copied once with their rows padded
+//!   to a multiple of 16 columns. A general matrix
 //!   product (`matrixmultiply`) would repack both operands for every (query block, key tile)
 //!   pair instead.
 //! - **Micro-kernels.** [`scores_panel`] computes an `MR × 16` patch of scores, [`pv_panel`]
@@ -36,9 +37,25 @@ use crate::float::Float;
 /// The environment variable that forces one build of the inner loops: `avx512`, `avx2` or
 /// `portable`. It is read once, the first time the tiled path runs; a name the processor
 /// cannot run is an error there, not a silent fallback.
+///
+/// ```
+/// use attention::kernel::{SIMD_VAR, Simd};
+///
+/// assert_eq!(SIMD_VAR, "ATTENTION_SIMD");
+/// assert!(Simd::parse("portable").is_ok()); // what `ATTENTION_SIMD=portable` selects
+/// ```
 pub const SIMD_VAR: &str = "ATTENTION_SIMD";
 
 /// Keys per panel of a packed tile, and output columns per strip: 16.
+///
+/// ```
+/// use attention::kernel::{NR, PackedHead};
+/// use ndarray::Array2;
+///
+/// let (k, v) = (Array2::<f32>::ones((20, 3)), Array2::ones((20, 1)));
+/// let packed = PackedHead::new(k.view(), v.view(), 20);
+/// assert_eq!(packed.keys().len(), 2 * NR * 3); // 20 keys → 2 panels of 16, 3 dims each
+/// ```
 pub const NR: usize = 16;
 
 /// Which build of the inner loops runs: the instruction set they were compiled for.
@@ -187,7 +204,7 @@ impl Simd {
 /// use attention::kernel::madd;
 ///
 /// assert_eq!(madd::<f32, false>(2.0, 3.0, 1.0), 7.0);
-/// let tiny = f32::EPSILON / 2.0; // (1 + ε/2)(1 − ε/2) = 1 − ε²/4: rounds to 1 unfused
+/// let tiny = f32::EPSILON / 2.0; // (1 + ε)(1 − ε/2) − 1 = ε/2 − ε²/2: the ε² is lost unfused
 /// let (x, y) = (1.0 + f32::EPSILON, 1.0 - tiny);
 /// assert_eq!(madd::<f32, false>(x, y, -1.0), x * y - 1.0);
 /// assert_ne!(madd::<f32, true>(x, y, -1.0), x * y - 1.0); // fused: the exact product
@@ -235,6 +252,10 @@ impl<'a, A: Float> PackedHead<'a, A> {
     // ANCHOR_END: pack
     /// Packs `k: (L_k, d_k)` and `v: (L_k, d_v)` for tiles of `tile_k` keys (at least 1).
     ///
+    /// # Panics
+    ///
+    /// If `k` and `v` have different numbers of rows (the tiled path checks shapes first).
+    ///
     /// ```
     /// use attention::kernel::PackedHead;
     /// use ndarray::Array2;
@@ -246,6 +267,12 @@ impl<'a, A: Float> PackedHead<'a, A> {
     // ANCHOR: pack
     pub fn new(k: ArrayView2<A>, v: ArrayView2<'a, A>, tile_k: usize) -> Self {
         let ((l_k, d_k), d_v) = (k.dim(), v.ncols());
+        assert_eq!(
+            l_k,
+            v.nrows(),
+            "PackedHead::new: k has {l_k} rows but v has {}",
+            v.nrows()
+        );
         let tile_k = tile_k.clamp(1, l_k.max(1));
         let tile_stride = tile_k.next_multiple_of(NR) * d_k; // one tile's panels
         // Written in the order it is stored: tile, panel, dimension, key.
@@ -388,6 +415,7 @@ impl<'a, A: Float> PackedHead<'a, A> {
 /// ```
 // ANCHOR: tile_loops
 pub fn rows_computed(n_q: usize, mr: usize) -> usize {
+    let mr = mr.max(1);
     let full = n_q / mr * mr;
     full + (n_q - full).next_multiple_of(2)
 }
@@ -429,6 +457,7 @@ pub fn scores_tile<A: Float, const MR: usize, const FMA: bool>(
     scale: A,
     (s, s_stride): (&mut [A], usize),
 ) {
+    assert!(d_k > 0, "scores_tile: d_k must be at least 1");
     let panels = keys.chunks_exact(NR * d_k).take(n_k.div_ceil(NR));
     for (panel, kt) in panels.enumerate() {
         for (r, full) in groups(n_q, MR) {
@@ -524,7 +553,11 @@ pub fn scores_panel<A: Float, const MR: usize, const FMA: bool>(
     s: &mut [A],
     s_stride: usize,
 ) {
-    assert!(q.len() >= MR * d_k && kt.len() >= d_k * NR, "scores_panel: operands too short");
+    let fits = |len: usize, needed: Option<usize>| needed.is_some_and(|n| n <= len);
+    assert!(
+        fits(q.len(), MR.checked_mul(d_k)) && fits(kt.len(), d_k.checked_mul(NR)),
+        "scores_panel: q needs {MR} rows of d_k = {d_k} and kt {NR} keys of d_k"
+    );
     let mut acc = [[A::zero(); NR]; MR];
     for (dim, keys) in kt[..d_k * NR].chunks_exact(NR).enumerate() {
         each_row!(MR, |r| {
@@ -575,9 +608,14 @@ pub fn pv_panel<A: Float, const MR: usize, const FMA: bool>(
     if n_keys == 0 {
         return;
     }
-    let fits =
-        p.len() >= (MR - 1) * p_stride + n_keys && v.len() >= (n_keys - 1) * v_stride + NR;
-    assert!(fits && v_stride >= NR, "pv_panel: operands too short");
+    // One past the last index read in p and in v (None if that overflows).
+    let p_end = (MR - 1).checked_mul(p_stride).and_then(|n| n.checked_add(n_keys));
+    let v_end = (n_keys - 1).checked_mul(v_stride).and_then(|n| n.checked_add(NR));
+    let fits = |len: usize, end: Option<usize>| end.is_some_and(|n| n <= len);
+    assert!(
+        fits(p.len(), p_end) && fits(v.len(), v_end) && v_stride >= NR,
+        "pv_panel: p needs {MR} rows of {n_keys} weights and v {n_keys} rows of {NR} values"
+    );
     let mut acc = [[A::zero(); NR]; MR];
     each_row!(MR, |r| acc[r].copy_from_slice(&out[r * out_stride..][..NR]));
     for j in 0..n_keys {
@@ -652,19 +690,17 @@ pub fn exp_in_place<A: Float, const FMA: bool>(row: &mut [A], max: A) -> A {
 /// The loop for `f32`, written so that it vectorises: 16 independent partial sums.
 #[inline(always)]
 fn exp_in_place_f32<const FMA: bool>(row: &mut [f32], max: f32) -> f32 {
-    // exp(s − max) = 2^t with t = s·log₂e − max·log₂e: one multiply-add per score.
-    let shift = -max * std::f32::consts::LOG2_E;
     let mut partial = [0.0_f32; NR];
     let mut chunks = row.chunks_exact_mut(NR);
     for chunk in &mut chunks {
         for (s, acc) in chunk.iter_mut().zip(partial.iter_mut()) {
-            *s = exp2_f32::<FMA>(madd::<f32, FMA>(*s, std::f32::consts::LOG2_E, shift));
+            *s = exp_f32::<FMA>(*s - max); // s − max first: as exact for any max
             *acc += *s;
         }
     }
     let mut sum = pairwise_sum(partial);
     for s in chunks.into_remainder() {
-        *s = exp2_f32::<FMA>(madd::<f32, FMA>(*s, std::f32::consts::LOG2_E, shift));
+        *s = exp_f32::<FMA>(*s - max);
         sum += *s;
     }
     sum
@@ -764,14 +800,16 @@ fn as_f32<A: Float>(row: &mut [A]) -> Option<&mut [f32]> {
 /// assert_eq!(exp_f32::<false>(-100.0), 0.0);
 /// assert!(exp_f32::<false>(f32::NAN).is_nan());
 /// ```
+// ANCHOR: fast_exp
 #[inline(always)]
 pub fn exp_f32<const FMA: bool>(x: f32) -> f32 {
     exp2_f32::<FMA>(x * std::f32::consts::LOG2_E)
 }
+// ANCHOR_END: fast_exp
 
 /// `2^t` for `t ≤ 0` in `f32`, branch-free so that loops over it vectorise: `t = n + f` with
 /// `n` the integer nearest `t` and `|f| ≤ ½`; `2^n` is built in the exponent bits and `2^f`
-/// is a polynomial of degree 5 (relative error below `1e-7`). Results below `2^-127.5`, and
+/// is a polynomial of degree 5 (relative error at most `1.1e-7`). Results below `2^-127.5`, and
 /// `2^−∞`, are 0 (`t` is first raised to −127, where `2^n` has all exponent bits 0); NaN
 /// stays NaN.
 ///
@@ -787,7 +825,8 @@ pub fn exp_f32<const FMA: bool>(x: f32) -> f32 {
 pub fn exp2_f32<const FMA: bool>(t: f32) -> f32 {
     // 1.5·2^23: adding it rounds to an integer in the low mantissa bits.
     const ROUND: f32 = 12_582_912.0;
-    // 2^f = exp(f·ln 2) ≈ 1 + c₁f + … + c₅f⁵ for |f| ≤ ½, fitted for the least relative error.
+    // 2^f = exp(f·ln 2) ≈ 1 + c₁f + … + c₅f⁵ for |f| ≤ ½, fitted to keep the relative error
+    // small (at most 1.1e-7).
     const C: [f32; 6] =
         [1.0, 0.693_146_94, 0.240_222_42, 0.055_507_336, 0.009_671_513, 0.001_326_472_6];
     // Below −127 the result is 0 (2^n with n = −127 has all exponent bits 0), and so is
@@ -853,6 +892,55 @@ mod tests {
         let mut row64 = [1.0_f64, f64::NEG_INFINITY];
         assert_eq!(exp_in_place::<f64, false>(&mut row64, 1.0), 1.0);
         assert_eq!(row64, [1.0, 0.0]);
+    }
+
+    #[test]
+    fn every_build_of_the_exp_loop_agrees() {
+        // Scores from 2 down to −108 against a maximum of 2: exponents 0 to −110.
+        let row: Vec<f32> = (0..300).map(|i| -(i as f32) * 0.37 + 2.0).collect();
+        for simd in Simd::supported() {
+            let mut out = row.clone();
+            let sum = exp_in_place_on(simd, &mut out, 2.0);
+            let mut exact_sum = 0.0;
+            for (&p, &s) in out.iter().zip(&row) {
+                let x = s - 2.0;
+                let exact = f64::from(x).exp();
+                exact_sum += exact;
+                let bound = (3e-7 + 1.2e-7 * f64::from(x.abs())) * exact.max(1.2e-38);
+                assert!((f64::from(p) - exact).abs() <= bound || p == 0.0 && exact < 1.2e-38);
+            }
+            assert!((f64::from(sum) - exact_sum).abs() <= 1e-6 * exact_sum, "{simd:?}");
+        }
+    }
+
+    /// With ATTENTION_SIMD set (by `the_variable_picks_the_build`), `Simd::chosen` follows it;
+    /// without, it is the widest build.
+    #[test]
+    fn chosen_follows_the_variable() {
+        match std::env::var(SIMD_VAR) {
+            Ok(name) => assert_eq!(Simd::chosen(), Simd::parse(&name)),
+            Err(_) => assert_eq!(Simd::chosen(), Ok(Simd::best())),
+        }
+    }
+
+    /// Runs `chosen_follows_the_variable` in a new process for each value of the variable
+    /// (it is read once per process), a name no processor runs included.
+    #[test]
+    fn the_variable_picks_the_build() {
+        let exe = std::env::current_exe().expect("the test binary");
+        for name in ["portable", "avx2", "neon"] {
+            let child = std::process::Command::new(&exe)
+                .env(SIMD_VAR, name)
+                .args(["--exact", "kernel::tests::chosen_follows_the_variable"])
+                .output()
+                .expect("the test binary runs");
+            let out = String::from_utf8_lossy(&child.stdout);
+            assert!(
+                child.status.success() && out.contains("1 passed"),
+                "ATTENTION_SIMD={name}"
+            );
+        }
+        assert!(Simd::parse("neon").is_err());
     }
 
     #[test]

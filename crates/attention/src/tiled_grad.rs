@@ -38,9 +38,9 @@
 //! `block_q × tile_k` tiles, `P` and `dP` (overwritten by `dS`)
 //! ([`Tiles::backward_scratch_len`]). Never `L_q × L_k`.
 //!
-//! The products go through ndarray's `general_mat_mul` (matrixmultiply), as in the tiled
-//! forward; it is the fast path, not the reproducible one of chapter *Watching attention
-//! learn*.
+//! The products go through ndarray's `general_mat_mul` (matrixmultiply; the tiled forward
+//! has micro-kernels of its own, [`kernel`](crate::kernel)); it is the fast path, not the
+//! reproducible one of chapter *Watching attention learn*.
 //!
 //! Anchors (below the doc comments): `with_lse`, `delta`, `backward_loops`, `backward_step`.
 
