@@ -809,9 +809,9 @@ pub fn exp_f32<const FMA: bool>(x: f32) -> f32 {
 
 /// `2^t` for `t ≤ 0` in `f32`, branch-free so that loops over it vectorise: `t = n + f` with
 /// `n` the integer nearest `t` and `|f| ≤ ½`; `2^n` is built in the exponent bits and `2^f`
-/// is a polynomial of degree 5 (relative error at most `1.1e-7`). Results below `2^-127.5`, and
-/// `2^−∞`, are 0 (`t` is first raised to −127, where `2^n` has all exponent bits 0); NaN
-/// stays NaN.
+/// is a polynomial of degree 5 (relative error about `1.1e-7` at most). Results below
+/// `2^-127.5`, and `2^−∞`, are 0 (`t` is first raised to −127, where `2^n` has all exponent
+/// bits 0); NaN stays NaN.
 ///
 /// ```
 /// use attention::kernel::exp2_f32;
@@ -826,7 +826,7 @@ pub fn exp2_f32<const FMA: bool>(t: f32) -> f32 {
     // 1.5·2^23: adding it rounds to an integer in the low mantissa bits.
     const ROUND: f32 = 12_582_912.0;
     // 2^f = exp(f·ln 2) ≈ 1 + c₁f + … + c₅f⁵ for |f| ≤ ½, fitted to keep the relative error
-    // small (at most 1.1e-7).
+    // small (about 1.1e-7 at most).
     const C: [f32; 6] =
         [1.0, 0.693_146_94, 0.240_222_42, 0.055_507_336, 0.009_671_513, 0.001_326_472_6];
     // Below −127 the result is 0 (2^n with n = −127 has all exponent bits 0), and so is

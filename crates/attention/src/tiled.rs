@@ -687,8 +687,9 @@ fn is_f32<A: 'static>() -> bool {
 
 /// One query block against all the keys it may see: `out` receives the block's output rows.
 ///
-/// The queries go `MR` at a time through the micro-kernels (the last group padded with zero
-/// queries, whose rows are computed and never read); the keys a tile at a time, 16 per panel.
+/// The queries go `MR` at a time through the micro-kernels, the last few two at a time (with
+/// at most one zero query of padding, whose row is computed and never read); the keys a tile
+/// at a time, 16 per panel.
 // ANCHOR: attend_block
 #[inline(always)]
 fn attend_block<A: Float, const MR: usize, const FMA: bool>(
