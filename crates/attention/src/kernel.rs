@@ -166,13 +166,18 @@ impl Simd {
         let simd = Simd::ALL.into_iter().find(|s| s.name() == name).ok_or_else(|| {
             invalid(format!("{name:?} is not one of avx512, avx2 or portable"))
         })?;
-        if !simd.is_supported() {
-            let best = Simd::best().name();
-            return Err(invalid(format!(
-                "this processor cannot run {name} (its widest is {best})"
-            )));
+        simd.require(SIMD_VAR)
+    }
+
+    /// `self` if this processor can run it, else an error that starts with `what` (the
+    /// variable or the function that asked for it).
+    pub(crate) fn require(self, what: &str) -> Result<Simd> {
+        if self.is_supported() {
+            return Ok(self);
         }
-        Ok(simd)
+        let (name, best) = (self.name(), Simd::best().name());
+        let problem = format!("this processor cannot run {name} (its widest is {best})");
+        Err(AttentionError::Invalid { what: what.into(), problem })
     }
 
     /// The build the tiled path uses: the one [`SIMD_VAR`] names, else [`Simd::best`]. The
@@ -721,6 +726,15 @@ fn pairwise_sum(mut lanes: [f32; NR]) -> f32 {
 }
 // ANCHOR_END: fast_exp
 
+/// Whether `A` is `f32` (the builds pick their rows per micro-kernel, and the exponential its
+/// loop, by it).
+// ANCHOR: fast_exp
+#[inline(always)]
+pub(crate) fn is_f32<A: 'static>() -> bool {
+    std::any::TypeId::of::<A>() == std::any::TypeId::of::<f32>()
+}
+// ANCHOR_END: fast_exp
+
 /// `exp(x)` for one `x ≤ 0`: [`exp_f32`] for `f32`, the standard library's for `f64`.
 ///
 /// ```
@@ -779,7 +793,7 @@ fn exp_in_place_avx2<A: Float>(row: &mut [A], max: A) -> A {
 // ANCHOR: fast_exp
 #[inline(always)]
 fn as_f32<A: Float>(row: &mut [A]) -> Option<&mut [f32]> {
-    (std::any::TypeId::of::<A>() == std::any::TypeId::of::<f32>())
+    is_f32::<A>()
         // SAFETY: A is f32 (same TypeId), so the slice has f32's layout.
         .then(|| unsafe { &mut *(row as *mut [A] as *mut [f32]) })
 }

@@ -36,13 +36,14 @@ use ndarray::{
     ArrayViewMut1, ArrayViewMut2, Axis, Dimension, IxDyn, ShapeBuilder, Zip, s,
 };
 use rayon::prelude::*;
-use std::any::{Any, TypeId};
+use std::any::Any;
 use std::cell::RefCell;
 
 use crate::error::{AttentionError, Result};
 use crate::float::Float;
 use crate::kernel::{
-    NR, PackedHead, Simd, exp_in_place, exp_one, pv_tile, row_max, rows_computed, scores_tile,
+    NR, PackedHead, Simd, exp_in_place, exp_one, is_f32, pv_tile, row_max, rows_computed,
+    scores_tile,
 };
 use crate::mask::Mask;
 use crate::shapes::check_qkv;
@@ -326,7 +327,7 @@ pub fn tiled_sdpa_batched<A: Float, D: Dimension>(
     masking: Masking,
     tiles: Tiles,
 ) -> Result<Array<A, D>> {
-    Ok(forward(q, k, v, masking, tiles, false, Simd::chosen()?)?.0)
+    tiled_sdpa_batched_on(q, k, v, masking, tiles, Simd::chosen()?)
 }
 
 /// [`tiled_sdpa_batched`] with its inner loops in the build `simd` (an error if this processor
@@ -352,14 +353,7 @@ pub fn tiled_sdpa_batched_on<A: Float, D: Dimension>(
     tiles: Tiles,
     simd: Simd,
 ) -> Result<Array<A, D>> {
-    if !simd.is_supported() {
-        let problem =
-            format!("this processor cannot run it (its widest is {})", Simd::best().name());
-        return Err(AttentionError::Invalid {
-            what: format!("the {} build", simd.name()),
-            problem,
-        });
-    }
+    let simd = simd.require("tiled_sdpa_batched_on")?;
     Ok(forward(q, k, v, masking, tiles, false, simd)?.0)
 }
 
@@ -605,14 +599,20 @@ fn with_scratch<A: Float, R>(
 const MR_MAX: usize = 8;
 
 impl<A: Float> Scratch<A> {
+    /// What these sizes need: queries, scores row stride, scores, output accumulator and
+    /// running pairs, in numbers (`MR_MAX` spare rows for the padding of the last group).
+    fn needs(tiles: Tiles, d_k: usize, d_v: usize) -> [usize; 5] {
+        let (rows, stride) = (tiles.block_q + MR_MAX, tiles.tile_k.next_multiple_of(NR));
+        [rows * d_k, stride, rows * stride, rows * d_v.next_multiple_of(NR), tiles.block_q]
+    }
+
     fn new(tiles: Tiles, d_k: usize, d_v: usize) -> Self {
-        let rows = tiles.block_q + MR_MAX;
-        let scores_stride = tiles.tile_k.next_multiple_of(NR);
+        let [q, scores_stride, scores, acc, running] = Scratch::<A>::needs(tiles, d_k, d_v);
         Scratch {
-            q: vec![A::zero(); rows * d_k],
-            scores: vec![A::zero(); rows * scores_stride],
-            acc: vec![A::zero(); rows * d_v.next_multiple_of(NR)],
-            running: vec![Running::new(); tiles.block_q],
+            q: vec![A::zero(); q],
+            scores: vec![A::zero(); scores],
+            acc: vec![A::zero(); acc],
+            running: vec![Running::new(); running],
             scores_stride,
         }
     }
@@ -620,11 +620,14 @@ impl<A: Float> Scratch<A> {
     /// Whether this scratch is large enough for these sizes (a larger one serves as well: the
     /// loops take their row strides from it).
     fn fits(&self, tiles: Tiles, d_k: usize, d_v: usize) -> bool {
-        let rows = tiles.block_q + MR_MAX;
-        self.running.len() >= tiles.block_q
-            && self.scores_stride >= tiles.tile_k.next_multiple_of(NR)
-            && self.q.len() >= rows * d_k
-            && self.acc.len() >= rows * d_v.next_multiple_of(NR)
+        let have = [
+            self.q.len(),
+            self.scores_stride,
+            self.scores.len(),
+            self.acc.len(),
+            self.running.len(),
+        ];
+        have.iter().zip(Scratch::<A>::needs(tiles, d_k, d_v)).all(|(&have, need)| have >= need)
     }
 }
 
@@ -680,10 +683,6 @@ macro_rules! block_build {
 block_build!(attend_block_avx512, "avx512f", 8, 4);
 // AVX2: 6 rows × two registers of 8 lanes (f32), 2 rows × four registers of 4 (f64).
 block_build!(attend_block_avx2, "avx2,fma", 6, 2);
-
-fn is_f32<A: 'static>() -> bool {
-    TypeId::of::<A>() == TypeId::of::<f32>()
-}
 
 /// One query block against all the keys it may see: `out` receives the block's output rows.
 ///
@@ -861,6 +860,27 @@ mod tests {
         check::<f64>(&attend_block::<f64, 4, true>, 1e-12);
         check::<f64>(&attend_block::<f64, 2, true>, 1e-12);
         check::<f64>(&attend_block::<f64, 1, false>, 1e-12);
+    }
+
+    /// A build this processor cannot run is refused by the function that was asked for it,
+    /// not blamed on the environment variable.
+    #[test]
+    fn a_build_the_processor_lacks_is_an_error_naming_the_function() {
+        let x = Array4::<f32>::zeros((1, 1, 3, 2));
+        for simd in Simd::ALL.into_iter().filter(|s| !s.is_supported()) {
+            let err = tiled_sdpa_batched_on(&x, &x, &x, Masking::All, Tiles::default(), simd)
+                .unwrap_err()
+                .to_string();
+            let start =
+                format!("tiled_sdpa_batched_on: this processor cannot run {}", simd.name());
+            assert!(err.starts_with(&start), "{err}");
+        }
+        for simd in Simd::supported() {
+            assert!(
+                tiled_sdpa_batched_on(&x, &x, &x, Masking::All, Tiles::default(), simd)
+                    .is_ok()
+            );
+        }
     }
 
     /// A NaN score among visible ones poisons its query's row in both paths (the plain path's
