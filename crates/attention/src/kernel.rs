@@ -435,7 +435,7 @@ fn groups(n_q: usize, mr: usize) -> impl Iterator<Item = (usize, bool)> {
 }
 // ANCHOR_END: tile_loops
 
-/// `S = scale · Q·K_tileᵀ` for one tile: `n_q` queries (`q`: rows of `d_k`, zero rows up to
+/// `S = Q·K_tileᵀ` for one tile: `n_q` queries (`q`: rows of `d_k`, zero rows up to
 /// [`rows_computed`]) against the first `n_k` keys of a packed tile (`keys`, as in
 /// [`PackedHead::keys`]), written to `s` (rows `s_stride` apart, [`NR`] columns per panel
 /// even past `n_k`), `MR` queries at a time and the last few two at a time
@@ -451,7 +451,7 @@ fn groups(n_q: usize, mr: usize) -> impl Iterator<Item = (usize, bool)> {
 /// let mut q_rows = q.as_slice().unwrap().to_vec();
 /// q_rows.extend([0.0; 2]); // 3 queries: 4 rows computed
 /// let mut s = vec![0.0_f32; 4 * 16];
-/// scores_tile::<f32, 2, false>((&q_rows, 3, 2), (packed.keys(), 5), 1.0, (&mut s, 16));
+/// scores_tile::<f32, 2, false>((&q_rows, 3, 2), (packed.keys(), 5), (&mut s, 16));
 /// assert_eq!(s[2 * 16 + 4], q.row(2).dot(&k.row(4))); // query 2, key 4
 /// ```
 // ANCHOR: tile_loops
@@ -459,7 +459,6 @@ fn groups(n_q: usize, mr: usize) -> impl Iterator<Item = (usize, bool)> {
 pub fn scores_tile<A: Float, const MR: usize, const FMA: bool>(
     (q, n_q, d_k): (&[A], usize, usize),
     (keys, n_k): (&[A], usize),
-    scale: A,
     (s, s_stride): (&mut [A], usize),
 ) {
     assert!(d_k > 0, "scores_tile: d_k must be at least 1");
@@ -468,9 +467,9 @@ pub fn scores_tile<A: Float, const MR: usize, const FMA: bool>(
         for (r, full) in groups(n_q, MR) {
             let (q_at, s_at) = (&q[r * d_k..], &mut s[r * s_stride + panel * NR..]);
             if full {
-                scores_panel::<A, MR, FMA>(q_at, kt, d_k, scale, s_at, s_stride);
+                scores_panel::<A, MR, FMA>(q_at, kt, d_k, s_at, s_stride);
             } else {
-                scores_panel::<A, 2, FMA>(q_at, kt, d_k, scale, s_at, s_stride);
+                scores_panel::<A, 2, FMA>(q_at, kt, d_k, s_at, s_stride);
             }
         }
     }
@@ -531,7 +530,7 @@ macro_rules! each_row {
 // ANCHOR_END: scores_panel
 
 /// Scores of `MR` queries against one panel of [`NR`] packed keys:
-/// `s[r][c] = scale · Σ_dim q[r][dim] · kt[dim][c]`, written to `s` (rows `s_stride` apart).
+/// `s[r][c] = Σ_dim q[r][dim] · kt[dim][c]`, written to `s` (rows `s_stride` apart).
 ///
 /// `q` holds `MR` rows of `d_k` entries; `kt` one panel, `d_k × NR`. The `MR × NR` sums stay
 /// in registers for the whole loop over `d_k`: per dimension, `NR` key entries are loaded
@@ -545,8 +544,8 @@ macro_rules! each_row {
 /// kt[0] = 1.0; // key 0 = (1, 0)
 /// kt[16 + 1] = 1.0; // key 1 = (0, 1)
 /// let mut s = [0.0_f32; 32];
-/// scores_panel::<f32, 2, false>(&q, &kt, 2, 0.5, &mut s, 16);
-/// assert_eq!((s[0], s[1], s[16], s[17]), (0.5, 1.0, 1.5, 2.0));
+/// scores_panel::<f32, 2, false>(&q, &kt, 2, &mut s, 16);
+/// assert_eq!((s[0], s[1], s[16], s[17]), (1.0, 2.0, 3.0, 4.0));
 /// ```
 #[inline(always)]
 // ANCHOR: scores_panel
@@ -554,7 +553,6 @@ pub fn scores_panel<A: Float, const MR: usize, const FMA: bool>(
     q: &[A],
     kt: &[A],
     d_k: usize,
-    scale: A,
     s: &mut [A],
     s_stride: usize,
 ) {
@@ -573,11 +571,7 @@ pub fn scores_panel<A: Float, const MR: usize, const FMA: bool>(
             }
         });
     }
-    each_row!(MR, |r| {
-        for (to, &a) in s[r * s_stride..][..NR].iter_mut().zip(&acc[r]) {
-            *to = a * scale;
-        }
-    });
+    each_row!(MR, |r| s[r * s_stride..][..NR].copy_from_slice(&acc[r]));
 }
 // ANCHOR_END: scores_panel
 
@@ -680,13 +674,36 @@ pub fn row_max<A: Float>(row: &[A]) -> A {
 // ANCHOR: fast_exp
 #[inline(always)]
 pub fn exp_in_place<A: Float, const FMA: bool>(row: &mut [A], max: A) -> A {
+    powers_in_place::<A, FMA, false>(row, max)
+}
+
+/// Replaces every `s` of `row` by `2^(s − max)` (−∞ becomes 0, NaN stays NaN) and returns
+/// their sum: [`exp_in_place`] for scores in base 2 (multiplied by `log₂e`), as the tiled
+/// forward pass computes them, one multiplication per score fewer. [`exp2_f32`] for `f32`,
+/// the standard library's `exp2` for `f64`.
+///
+/// ```
+/// use attention::kernel::exp2_in_place;
+///
+/// let mut row = [0.0_f32, -1.0, f32::NEG_INFINITY];
+/// assert_eq!(exp2_in_place::<f32, true>(&mut row, 1.0), 0.5 + 0.25 + 0.0);
+/// assert_eq!(row, [0.5, 0.25, 0.0]);
+/// ```
+#[inline(always)]
+pub fn exp2_in_place<A: Float, const FMA: bool>(row: &mut [A], max: A) -> A {
+    powers_in_place::<A, FMA, true>(row, max)
+}
+
+/// `e^(s − max)`, or `2^(s − max)` with `BASE2`, in place, and their sum.
+#[inline(always)]
+fn powers_in_place<A: Float, const FMA: bool, const BASE2: bool>(row: &mut [A], max: A) -> A {
     if let Some(row) = as_f32(row) {
-        let sum = exp_in_place_f32::<FMA>(row, max.to_f32().expect("A is f32"));
+        let sum = powers_in_place_f32::<FMA, BASE2>(row, max.to_f32().expect("A is f32"));
         return A::from_f32(sum).expect("A is f32");
     }
     let mut sum = A::zero();
     for s in row.iter_mut() {
-        *s = (*s - max).exp();
+        *s = if BASE2 { (*s - max).exp2() } else { (*s - max).exp() };
         sum = sum + *s;
     }
     sum
@@ -694,18 +711,22 @@ pub fn exp_in_place<A: Float, const FMA: bool>(row: &mut [A], max: A) -> A {
 
 /// The loop for `f32`, written so that it vectorises: 16 independent partial sums.
 #[inline(always)]
-fn exp_in_place_f32<const FMA: bool>(row: &mut [f32], max: f32) -> f32 {
+fn powers_in_place_f32<const FMA: bool, const BASE2: bool>(row: &mut [f32], max: f32) -> f32 {
+    let power = |s: f32| {
+        let x = s - max; // s − max first: as exact for any max
+        if BASE2 { exp2_f32::<FMA>(x) } else { exp_f32::<FMA>(x) }
+    };
     let mut partial = [0.0_f32; NR];
     let mut chunks = row.chunks_exact_mut(NR);
     for chunk in &mut chunks {
         for (s, acc) in chunk.iter_mut().zip(partial.iter_mut()) {
-            *s = exp_f32::<FMA>(*s - max); // s − max first: as exact for any max
+            *s = power(*s);
             *acc += *s;
         }
     }
     let mut sum = pairwise_sum(partial);
     for s in chunks.into_remainder() {
-        *s = exp_f32::<FMA>(*s - max);
+        *s = power(*s);
         sum += *s;
     }
     sum
@@ -735,20 +756,20 @@ pub(crate) fn is_f32<A: 'static>() -> bool {
 }
 // ANCHOR_END: fast_exp
 
-/// `exp(x)` for one `x ≤ 0`: [`exp_f32`] for `f32`, the standard library's for `f64`.
+/// `2^x` for one `x ≤ 0`: [`exp2_f32`] for `f32`, the standard library's for `f64`.
 ///
 /// ```
-/// use attention::kernel::exp_one;
+/// use attention::kernel::exp2_one;
 ///
-/// assert_eq!(exp_one::<f64, false>(-1.0), (-1.0_f64).exp());
-/// assert!((exp_one::<f32, true>(-1.0) - (-1.0_f32).exp()).abs() < 1e-7);
-/// assert_eq!(exp_one::<f32, false>(f32::NEG_INFINITY), 0.0);
+/// assert_eq!(exp2_one::<f64, false>(-1.5), (-1.5_f64).exp2());
+/// assert!((exp2_one::<f32, true>(-0.5) - 0.5_f32.sqrt()).abs() < 1e-7);
+/// assert_eq!(exp2_one::<f32, false>(f32::NEG_INFINITY), 0.0);
 /// ```
 // ANCHOR: fast_exp
 #[inline(always)]
-pub fn exp_one<A: Float, const FMA: bool>(x: A) -> A {
+pub fn exp2_one<A: Float, const FMA: bool>(x: A) -> A {
     let mut one = [x];
-    exp_in_place::<A, FMA>(&mut one, A::zero());
+    exp2_in_place::<A, FMA>(&mut one, A::zero());
     one[0]
 }
 // ANCHOR_END: fast_exp

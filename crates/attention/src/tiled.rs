@@ -32,8 +32,8 @@
 //! *Gradients*.
 
 use ndarray::{
-    Array, Array1, Array2, Array3, ArrayRef, ArrayRef1, ArrayRef2, ArrayView2, ArrayViewD,
-    ArrayViewMut1, ArrayViewMut2, Axis, Dimension, IxDyn, ShapeBuilder, Zip, s,
+    Array, Array1, Array2, Array3, ArrayRef, ArrayRef1, ArrayRef2, ArrayView1, ArrayView2,
+    ArrayViewD, ArrayViewMut1, ArrayViewMut2, Axis, Dimension, IxDyn, ShapeBuilder, Zip, s,
 };
 use rayon::prelude::*;
 use std::any::Any;
@@ -42,7 +42,7 @@ use std::cell::RefCell;
 use crate::error::{AttentionError, Result};
 use crate::float::Float;
 use crate::kernel::{
-    NR, PackedHead, Simd, exp_in_place, exp_one, is_f32, pv_tile, row_max, rows_computed,
+    NR, PackedHead, Simd, exp2_in_place, exp2_one, is_f32, pv_tile, row_max, rows_computed,
     scores_tile,
 };
 use crate::mask::Mask;
@@ -703,12 +703,15 @@ fn attend_block<A: Float, const MR: usize, const FMA: bool>(
         _ => head.l_k,
     };
     let rows = rows_computed(n_q, MR); // n_q, or one or a few more: zero queries
+    // The queries times log₂e/√d_k, once: the scores come out scaled and in base 2, and each
+    // weight is 2^(s − m), with no multiplication per score for either.
+    let to_base2 = x.scale * A::from_f64_lossy(std::f64::consts::LOG2_E);
     let q = &mut scratch.q[..rows * d_k];
-    q.fill(A::zero());
-    for (to, query) in q.chunks_exact_mut(d_k).zip(x.q.rows()) {
-        to.iter_mut().zip(query).for_each(|(to, &x)| *to = x);
-    }
-    // The unnormalised output Σ exp(s − m)·v, built up tile by tile.
+    let (queries, padding) = q.split_at_mut(n_q * d_k);
+    let queries = ArrayViewMut2::from_shape((n_q, d_k), queries).expect("n_q rows of d_k");
+    Zip::from(queries).and(&x.q).for_each(|to, &x| *to = x * to_base2);
+    padding.fill(A::zero());
+    // The unnormalised output Σ 2^(s − m)·v, built up tile by tile.
     let acc = &mut scratch.acc[..rows * o_stride];
     acc.fill(A::zero());
     let running = &mut scratch.running[..n_q];
@@ -723,8 +726,8 @@ fn attend_block<A: Float, const MR: usize, const FMA: bool>(
         let n_k = j1 - j0;
         let keys = &head.kt[j0 / x.tile_k * head.tile_stride..];
         let s = &mut scratch.scores[..rows * s_stride];
-        // S = Q_blk · K_tileᵀ / √d_k, MR queries × 16 keys at a time.
-        scores_tile::<A, MR, FMA>((q, n_q, d_k), (keys, n_k), x.scale, (s, s_stride));
+        // S = Q_blk · K_tileᵀ · log₂e/√d_k, MR queries × 16 keys at a time.
+        scores_tile::<A, MR, FMA>((q, n_q, d_k), (keys, n_k), (s, s_stride));
         let shape = (n_q, n_k).strides((s_stride, 1));
         let mut p = ArrayViewMut2::from_shape(shape, &mut s[..]).expect("the tile buffer");
         mask_tile(&mut p, x.visible, x.i0, j0);
@@ -745,9 +748,9 @@ fn attend_block<A: Float, const MR: usize, const FMA: bool>(
                 continue;
             }
             // 0 on the first visible tile, 1 if the max held.
-            let rescale = exp_one::<A, FMA>(run.max - max);
-            // P = exp(S − m'), in place (`max` is the new maximum m').
-            let tile_sum = exp_in_place::<A, FMA>(p_row, max);
+            let rescale = exp2_one::<A, FMA>(run.max - max);
+            // P = 2^(S − m'), in place (`max` is the new maximum m').
+            let tile_sum = exp2_in_place::<A, FMA>(p_row, max);
             run.sum = run.sum * rescale + tile_sum;
             run.max = max;
             if rescale != A::one() {
@@ -760,13 +763,16 @@ fn attend_block<A: Float, const MR: usize, const FMA: bool>(
         pv_tile::<A, MR, FMA>((s, s_stride, n_q), (values, n_k), (acc, o_stride));
     }
     for ((mut out_row, run), acc_row) in
-        out.rows_mut().into_iter().zip(running.iter()).zip(acc.chunks_exact(o_stride))
+        out.rows_mut().into_iter().zip(running.iter_mut()).zip(acc.chunks_exact(o_stride))
     {
+        // m back from base 2 (l is the same in both: 2^(s − m) = e^((s − m)·ln 2)).
+        run.max = run.max * A::from_f64_lossy(std::f64::consts::LN_2);
         if run.max == A::neg_infinity() {
             out_row.fill(A::zero()); // a query that sees no key: zero output, as sdpa gives
         } else {
             // Normalise once, at the end.
-            out_row.iter_mut().zip(acc_row).for_each(|(o, &a)| *o = a / run.sum);
+            let acc_row = ArrayView1::from(&acc_row[..out_row.len()]);
+            Zip::from(out_row).and(acc_row).for_each(|o, &a| *o = a / run.sum);
         }
     }
 }
