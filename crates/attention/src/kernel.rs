@@ -676,11 +676,12 @@ pub fn row_max<A: Float>(row: &[A]) -> A {
 pub fn exp_in_place<A: Float, const FMA: bool>(row: &mut [A], max: A) -> A {
     powers_in_place::<A, FMA, false>(row, max)
 }
+// ANCHOR_END: fast_exp
 
 /// Replaces every `s` of `row` by `2^(s − max)` (−∞ becomes 0, NaN stays NaN) and returns
-/// their sum: [`exp_in_place`] for scores in base 2 (multiplied by `log₂e`), as the tiled
-/// forward pass computes them, one multiplication per score fewer. [`exp2_f32`] for `f32`,
-/// the standard library's `exp2` for `f64`.
+/// their sum: [`exp_in_place`] for scores already multiplied by `log₂e`, as the tiled
+/// forward pass computes them, which saves a multiplication per score. [`exp2_f32`] for
+/// `f32`, the standard library's `exp2` for `f64`.
 ///
 /// ```
 /// use attention::kernel::exp2_in_place;
@@ -688,7 +689,10 @@ pub fn exp_in_place<A: Float, const FMA: bool>(row: &mut [A], max: A) -> A {
 /// let mut row = [0.0_f32, -1.0, f32::NEG_INFINITY];
 /// assert_eq!(exp2_in_place::<f32, true>(&mut row, 1.0), 0.5 + 0.25 + 0.0);
 /// assert_eq!(row, [0.5, 0.25, 0.0]);
+/// let mut row = [0.0_f64, -1.5];
+/// assert_eq!(exp2_in_place::<f64, false>(&mut row, 0.0), 1.0 + (-1.5_f64).exp2());
 /// ```
+// ANCHOR: fast_exp
 #[inline(always)]
 pub fn exp2_in_place<A: Float, const FMA: bool>(row: &mut [A], max: A) -> A {
     powers_in_place::<A, FMA, true>(row, max)
@@ -844,7 +848,8 @@ pub fn exp_f32<const FMA: bool>(x: f32) -> f32 {
 
 /// `2^t` for `t ≤ 0` in `f32`, branch-free so that loops over it vectorise: `t = n + f` with
 /// `n` the integer nearest `t` and `|f| ≤ ½`; `2^n` is built in the exponent bits and `2^f`
-/// is a polynomial of degree 5 (relative error about `1.1e-7` at most). Results below
+/// is a polynomial of degree 5 (relative error about `1.1e-7` at most; with the rounding of
+/// its arithmetic, within `2e-7` of `2^t` for results above `2^-126`). Results below
 /// `2^-127.5`, and `2^−∞`, are 0 (`t` is first raised to −127, where `2^n` has all exponent
 /// bits 0); NaN stays NaN.
 ///
@@ -915,6 +920,54 @@ mod tests {
         assert_eq!(exp_f32::<false>(0.0), 1.0);
         assert_eq!(exp_f32::<true>(f32::NEG_INFINITY), 0.0);
         assert!(exp_f32::<true>(f32::NAN).is_nan());
+    }
+
+    #[test]
+    fn exp2_f32_is_close_to_the_standard_exp2_over_its_whole_range() {
+        // 0 down to −126 (2^-126, the smallest normal number) in steps of 1/4096, where t is
+        // exact: only the polynomial's error remains, the same at every t.
+        let mut worst = 0.0_f64;
+        for i in 0..=126 * 4096 {
+            let t = -(i as f32) / 4096.0;
+            let exact = f64::from(t).exp2();
+            for fast in [exp2_f32::<false>(t), exp2_f32::<true>(t)] {
+                worst = worst.max((f64::from(fast) - exact).abs() / exact);
+            }
+        }
+        assert!(worst < 2e-7, "worst relative error {worst:e}");
+        assert!(worst > 5e-8, "the polynomial's error should show: {worst:e}");
+        for t in [-127.5_f32, -128.0, -200.0, -1e30, f32::NEG_INFINITY] {
+            assert_eq!(exp2_f32::<true>(t), 0.0, "2^{t}");
+        }
+        assert!(exp2_f32::<true>(f32::NAN).is_nan());
+    }
+
+    #[test]
+    fn exp2_in_place_raises_2_to_each_difference() {
+        // Scores from 2 down to −108 against a maximum of 2; t = s − 2 is what the loop
+        // computes, so only exp2_f32's error is left.
+        let row: Vec<f32> = (0..300).map(|i| -(i as f32) * 0.37 + 2.0).collect();
+        for fma in [false, true] {
+            let mut out = row.clone();
+            let sum = if fma {
+                exp2_in_place::<f32, true>(&mut out, 2.0)
+            } else {
+                exp2_in_place::<f32, false>(&mut out, 2.0)
+            };
+            let mut exact_sum = 0.0;
+            for (&p, &s) in out.iter().zip(&row) {
+                let exact = f64::from(s - 2.0).exp2();
+                exact_sum += exact;
+                assert!((f64::from(p) - exact).abs() <= 2e-7 * exact, "2^({s} − 2): {p}");
+            }
+            assert!((f64::from(sum) - exact_sum).abs() <= 1e-6 * exact_sum, "FMA: {fma}");
+        }
+        let mut row = [0.0_f32, f32::NAN, f32::NEG_INFINITY];
+        assert!(exp2_in_place::<f32, true>(&mut row, 0.0).is_nan()); // NaN propagates
+        assert_eq!(row[2], 0.0);
+        let mut row64 = [1.0_f64, -0.5, f64::NEG_INFINITY];
+        assert_eq!(exp2_in_place::<f64, false>(&mut row64, 1.0), 1.0 + (-1.5_f64).exp2());
+        assert_eq!(row64, [1.0, (-1.5_f64).exp2(), 0.0]);
     }
 
     #[test]
