@@ -14,7 +14,8 @@
 //! - **Micro-kernels.** [`scores_panel`] computes an `MR × 16` patch of scores, [`pv_panel`]
 //!   adds `MR` rows of `P` times a 16-column strip of `V` to the output: `MR · 16` running sums
 //!   that live in vector registers for the whole loop.
-//! - **Exponentials.** [`exp_f32`], a polynomial the compiler vectorises.
+//! - **Exponentials.** [`exp2_f32`], a polynomial the compiler vectorises, for the forward
+//!   pass's `2^x`; [`exp_f32`] for the backward pass's `eˣ`.
 //!
 //! The same generic code is compiled three times, for AVX-512, for AVX2 with FMA, and for the
 //! instructions every processor of the target has ([`Simd`]), and the widest the processor
@@ -849,7 +850,7 @@ pub fn exp_f32<const FMA: bool>(x: f32) -> f32 {
 /// `2^t` for `t ≤ 0` in `f32`, branch-free so that loops over it vectorise: `t = n + f` with
 /// `n` the integer nearest `t` and `|f| ≤ ½`; `2^n` is built in the exponent bits and `2^f`
 /// is a polynomial of degree 5 (relative error about `1.1e-7` at most; with the rounding of
-/// its arithmetic, within `2e-7` of `2^t` for results above `2^-126`). Results below
+/// its arithmetic, within `2.5e-7` of `2^t` for results above `2^-126`). Results below
 /// `2^-127.5`, and `2^−∞`, are 0 (`t` is first raised to −127, where `2^n` has all exponent
 /// bits 0); NaN stays NaN.
 ///
@@ -924,17 +925,19 @@ mod tests {
 
     #[test]
     fn exp2_f32_is_close_to_the_standard_exp2_over_its_whole_range() {
-        // 0 down to −126 (2^-126, the smallest normal number) in steps of 1/4096, where t is
-        // exact: only the polynomial's error remains, the same at every t.
+        // Every fraction on a grid of 2^-20 in [−1, 0] (the polynomial's error and the
+        // rounding of its arithmetic depend on f alone), then 0 down to −126 (2^-126, the
+        // smallest normal number) in steps of 1/64 for the exponent; t is exact in f32.
+        let fine = (0..=1 << 20).map(|i| -(i as f32) / (1 << 20) as f32);
+        let coarse = (0..=126 * 64).map(|i| -(i as f32) / 64.0);
         let mut worst = 0.0_f64;
-        for i in 0..=126 * 4096 {
-            let t = -(i as f32) / 4096.0;
+        for t in fine.chain(coarse) {
             let exact = f64::from(t).exp2();
             for fast in [exp2_f32::<false>(t), exp2_f32::<true>(t)] {
                 worst = worst.max((f64::from(fast) - exact).abs() / exact);
             }
         }
-        assert!(worst < 2e-7, "worst relative error {worst:e}");
+        assert!(worst < 2.5e-7, "worst relative error {worst:e}");
         assert!(worst > 5e-8, "the polynomial's error should show: {worst:e}");
         for t in [-127.5_f32, -128.0, -200.0, -1e30, f32::NEG_INFINITY] {
             assert_eq!(exp2_f32::<true>(t), 0.0, "2^{t}");
@@ -958,7 +961,7 @@ mod tests {
             for (&p, &s) in out.iter().zip(&row) {
                 let exact = f64::from(s - 2.0).exp2();
                 exact_sum += exact;
-                assert!((f64::from(p) - exact).abs() <= 2e-7 * exact, "2^({s} − 2): {p}");
+                assert!((f64::from(p) - exact).abs() <= 2.5e-7 * exact, "2^({s} − 2): {p}");
             }
             assert!((f64::from(sum) - exact_sum).abs() <= 1e-6 * exact_sum, "FMA: {fma}");
         }

@@ -16,7 +16,7 @@
 //! | Queries, keys and values, The complete layer | [`self_attention`] | [`SelfAttention`](self_attention::SelfAttention): `W_Q`, `W_K`, `W_V`; cross-attention |
 //! | Multi-head attention | [`multihead`] | [`MultiHeadAttention`](multihead::MultiHeadAttention), [`split_heads`](multihead::split_heads), [`merge_heads`](multihead::merge_heads) |
 //! | Attention at scale | [`tiled`] | [`online_softmax`](tiled::online_softmax), [`tiled_sdpa`](tiled::tiled_sdpa), [`tiled_sdpa_batched`](tiled::tiled_sdpa_batched): no `L_q × L_k` matrix |
-//! | Attention at scale | [`kernel`] | [`PackedHead`](kernel::PackedHead), [`scores_panel`](kernel::scores_panel), [`pv_panel`](kernel::pv_panel), [`exp_f32`](kernel::exp_f32), [`Simd`](kernel::Simd): the tiled path's inner loops, for AVX-512, AVX2 or any processor |
+//! | Attention at scale | [`kernel`] | [`PackedHead`](kernel::PackedHead), [`scores_panel`](kernel::scores_panel), [`pv_panel`](kernel::pv_panel), [`exp2_f32`](kernel::exp2_f32), [`exp_f32`](kernel::exp_f32), [`Simd`](kernel::Simd): the tiled path's inner loops, for AVX-512, AVX2 or any processor |
 //! | Where is each word? Position | [`position`] | [`permute_rows`](position::permute_rows), [`sinusoidal`](position::sinusoidal), [`shift_matrix`](position::shift_matrix), [`LearnedPositions`](position::LearnedPositions), [`add_positions`](position::add_positions): order for a layer that has none |
 //! | Where is each word? Position | [`rope`] | [`Rope`](rope::Rope), [`RopeLayout`](rope::RopeLayout), [`layout_permutation`](rope::layout_permutation): rotary position embeddings, both layouts |
 //! | Where is each word? Position | [`alibi`] | [`alibi_slopes`](alibi::alibi_slopes), [`alibi_bias`](alibi::alibi_bias): linear biases on the scores |

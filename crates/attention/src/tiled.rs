@@ -10,7 +10,7 @@
 //!    `exp(m − m')` and go on ([`Running`], [`online_softmax`]).
 //! 2. **Tiling** (FlashAttention-2, Dao 2023). Take the queries a block at a time and walk the
 //!    keys a tile at a time. Per tile, compute the block's scores `Q_blk · K_tileᵀ / √d_k`
-//!    into a small buffer, update `m` and `l` row by row, rescale the output accumulated so
+//!    (in base 2: the queries are multiplied by `log₂e/√d_k` once) into a small buffer, update `m` and `l` row by row, rescale the output accumulated so
 //!    far by the same factor, and add `P · V_tile`. Divide by `l` once at the end
 //!    ([`tiled_sdpa`], [`tiled_sdpa_batched`]).
 //!
@@ -53,6 +53,8 @@ use crate::shapes::check_qkv;
 ///
 /// [`push`](Running::push) adds one score; when it raises the maximum, the sum so far is
 /// rescaled by `exp(old max − new max)`, the factor by which each of its terms was too large.
+/// The tiled forward pass keeps `max` in base 2 (`m·log₂e`) while it walks the tiles and
+/// converts it back before [`log_sum_exp`](Running::log_sum_exp) is read.
 ///
 /// ```
 /// use attention::tiled::Running;
