@@ -10,9 +10,10 @@
 //!    `exp(m − m')` and go on ([`Running`], [`online_softmax`]).
 //! 2. **Tiling** (FlashAttention-2, Dao 2023). Take the queries a block at a time and walk the
 //!    keys a tile at a time. Per tile, compute the block's scores `Q_blk · K_tileᵀ / √d_k`
-//!    (in base 2: the queries are multiplied by `log₂e/√d_k` once) into a small buffer, update `m` and `l` row by row, rescale the output accumulated so
-//!    far by the same factor, and add `P · V_tile`. Divide by `l` once at the end
-//!    ([`tiled_sdpa`], [`tiled_sdpa_batched`]).
+//!    (in base 2: the queries are multiplied by `log₂e/√d_k` once) into a small buffer,
+//!    update `m` and `l` row by row, rescale the output accumulated so far by the same
+//!    factor, and add `P · V_tile`. Divide by `l` once at the end ([`tiled_sdpa`],
+//!    [`tiled_sdpa_batched`]).
 //!
 //! The extra memory is one scratch per thread (a `block_q × tile_k` scores tile, the block's
 //! queries and its unnormalised output) and each head's keys packed once (`L_k × d_k`), next
