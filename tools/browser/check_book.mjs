@@ -5,9 +5,11 @@
 //   npm ci --prefix tools/browser                 # playwright-core, to drive Chromium
 //   node tools/browser/check_book.mjs             # Debian: apt-get install chromium
 //
-// It fails (exit code 1) if any page logs a console error or an uncaught exception, if any
-// request leaves the machine (each one is recorded and aborted), or if a chapter's quiz does not
-// work: on every chapter page the quiz must render with its number of questions, take an answer
+// It fails (exit code 1) if any page logs anything to the console (an error, a warning or any
+// other message) or throws an uncaught exception, if any request leaves the machine (each one is
+// recorded and aborted), if a page's folds (<details class="fold">) do not start closed, open on
+// a click, open for a link to something inside them, read in every theme and print open, or if a
+// chapter's quiz does not work: on every chapter page the quiz must render with its number of questions, take an answer
 // to every question (the first one deliberately wrong, the others right), score them as expected,
 // and show an explanation ("Context") under every question once the answers are revealed. It
 // writes screenshots of chapter 1's quiz (a question, then the review) into the output folder.
@@ -99,6 +101,107 @@ async function checkQuiz(page, name, screenshots) {
 }
 
 // ---------------------------------------------------------------------------------------------
+// Folds: <details class="fold"> (book/theme/reading.js and reading.css).
+
+/** mdBook's themes (the class on <html>), light first. */
+const THEMES = ["light", "rust", "coal", "navy", "ayu"];
+
+/** WCAG's contrast ratio between two CSS colours, computed in the page. */
+async function contrast(page, fold) {
+  return fold.evaluate(details => {
+    const rgb = c => (c.match(/[\d.]+/g) || []).slice(0, 3).map(Number);
+    const lum = c => {
+      const [r, g, b] = rgb(c).map(v => v / 255).map(v => (v <= 0.03928 ? v / 12.92 : ((v + 0.055) / 1.055) ** 2.4));
+      return 0.2126 * r + 0.7152 * g + 0.0722 * b;
+    };
+    const summary = details.querySelector("summary");
+    const fg = lum(getComputedStyle(summary).color);
+    // The colour behind the summary: the nearest element (itself included) with an opaque
+    // background.
+    let behind = "rgb(255, 255, 255)";
+    for (let el = summary; el; el = el.parentElement) {
+      const c = getComputedStyle(el).backgroundColor;
+      const alpha = c.startsWith("rgba") ? Number(c.match(/[\d.]+/g)[3]) : 1;
+      if (alpha > 0.99) {
+        behind = c;
+        break;
+      }
+    }
+    const bg = lum(behind);
+    return (Math.max(fg, bg) + 0.05) / (Math.min(fg, bg) + 0.05);
+  });
+}
+
+/**
+ * Checks a page's folds: closed when the page opens; a click on a summary opens that fold and
+ * shows what is inside; a link to an element inside a closed fold opens the fold; the summary
+ * reads against the fold's background in every theme (contrast at least 4.5); printing (the
+ * print media and the beforeprint event) shows every fold, and afterprint closes them again.
+ * Returns [problems, number of folds].
+ */
+async function checkFolds(page, origin, file) {
+  const problems = [];
+  const folds = page.locator("main details");
+  const count = await folds.count();
+  if (count === 0) return [problems, 0];
+  if (file === "print.html") {
+    // The print page calls window.print() when it loads, which opens every fold (beforeprint).
+    const closed = await page.locator("main details:not([open])").count();
+    if (closed > 0) problems.push(`${closed} of ${count} fold(s) still closed on the print page`);
+    return [problems, count];
+  }
+  const open = await page.locator("main details[open]").count();
+  if (open > 0) problems.push(`${open} of ${count} fold(s) open when the page loads`);
+  const unclassed = await page.locator("main details:not(.fold)").count();
+  if (unclassed > 0) problems.push(`${unclassed} <details> without class "fold"`);
+  const visibleInside = d => d.evaluate(el => {
+    const inside = Array.from(el.children).find(c => c.tagName !== "SUMMARY");
+    return Boolean(inside && inside.checkVisibility() && inside.getBoundingClientRect().height > 0);
+  });
+  const first = folds.first();
+  if (await visibleInside(first)) problems.push("the first fold's content is visible while it is closed");
+  await first.locator("summary").first().click();
+  if (!(await first.evaluate(el => el.open)) || !(await visibleInside(first))) {
+    problems.push("a click on the first fold's summary does not open it");
+  }
+  await first.locator("summary").first().click();
+  for (const theme of THEMES) {
+    await page.evaluate(t => {
+      document.documentElement.classList.remove(...["light", "rust", "coal", "navy", "ayu"]);
+      document.documentElement.classList.add(t);
+    }, theme);
+    const ratio = await contrast(page, first);
+    if (ratio < 4.5) problems.push(`theme ${theme}: the fold's summary has contrast ${ratio.toFixed(2)} (at least 4.5)`);
+  }
+  await page.evaluate(() => {
+    document.documentElement.classList.remove("rust", "coal", "navy", "ayu");
+    document.documentElement.classList.add("light");
+  });
+  // Printing: the print stylesheet alone, then the script's beforeprint/afterprint.
+  await page.emulateMedia({ media: "print" });
+  const hiddenInPrint = [];
+  for (let i = 0; i < count; i++) if (!(await visibleInside(folds.nth(i)))) hiddenInPrint.push(i + 1);
+  if (hiddenInPrint.length) problems.push(`print media: fold(s) ${hiddenInPrint.join(", ")} still hidden`);
+  await page.emulateMedia({ media: "screen" });
+  await page.evaluate(() => window.dispatchEvent(new Event("beforeprint")));
+  const openForPrint = await page.locator("main details.fold[open]").count();
+  if (openForPrint !== count) problems.push(`beforeprint opened ${openForPrint} of ${count} folds`);
+  await page.evaluate(() => window.dispatchEvent(new Event("afterprint")));
+  if ((await page.locator("main details.fold[open]").count()) !== 0) problems.push("afterprint left folds open");
+  // A link into a fold: the first element with an id inside a fold, reached by its URL.
+  const id = await page.evaluate(() => document.querySelector("main details.fold [id]")?.id ?? null);
+  if (id) {
+    await page.goto(`${origin}/${file}#${encodeURIComponent(id)}`, { waitUntil: "load" });
+    const opened = await page.evaluate(i => {
+      const el = document.getElementById(i);
+      return Boolean(el && el.closest("details")?.open && el.checkVisibility());
+    }, id);
+    if (!opened) problems.push(`${file}#${id}: the link does not open the fold around its target`);
+  }
+  return [problems, count];
+}
+
+// ---------------------------------------------------------------------------------------------
 
 async function main() {
   const pages = readdirSync(bookDir).filter(f => f.endsWith(".html")).sort();
@@ -118,9 +221,11 @@ async function main() {
     const page = await context.newPage();
     const errors = [];
     const warnings = [];
+    const messages = [];
     page.on("console", msg => {
       if (msg.type() === "error") errors.push(msg.text());
-      if (msg.type() === "warning") warnings.push(msg.text());
+      else if (msg.type() === "warning") warnings.push(msg.text());
+      else messages.push(`${msg.type()}: ${msg.text()}`);
     });
     page.on("pageerror", err => errors.push(`uncaught: ${err.message}`));
     page.on("requestfailed", req => {
@@ -133,6 +238,14 @@ async function main() {
     // 404.html is served with status 200 by this server; every other page must exist.
     if (!response || !response.ok()) problems.push(`HTTP ${response?.status()}`);
     const chapter = /^ch(\d\d)-/.exec(file);
+    let foldNote = "";
+    try {
+      const [foldProblems, folds] = await checkFolds(page, origin, file);
+      problems.push(...foldProblems.map(p => `folds: ${p}`));
+      if (folds > 0) foldNote = `, ${folds} fold(s) closed, opened by a click, a link and print`;
+    } catch (e) {
+      problems.push(`folds: ${e.message.split("\n")[0]}`);
+    }
     if (chapter) {
       try {
         problems.push(...(await checkQuiz(page, `ch${chapter[1]}`, chapter[1] === "01")));
@@ -142,11 +255,13 @@ async function main() {
       await page.waitForLoadState("networkidle");
     }
     problems.push(...errors.map(e => `console error: ${e}`));
+    problems.push(...warnings.map(w => `console warning: ${w}`));
+    problems.push(...messages.map(m => `console message: ${m}`));
     problems.push(...offMachine.slice(before).map(u => `request off the machine: ${u}`));
     const quizNote = chapter && problems.length === 0 ? ", quiz rendered, answered, explained" : "";
     console.log(`${problems.length === 0 ? "ok  " : "FAIL"} ${file}: ${errors.length} console error(s), ` +
-      `${warnings.length} warning(s), ${offMachine.length - before} request(s) off the machine${quizNote}`);
-    for (const w of warnings) console.log(`       warning: ${w}`);
+      `${warnings.length} warning(s), ${messages.length} other message(s), ` +
+      `${offMachine.length - before} request(s) off the machine${foldNote}${quizNote}`);
     for (const p of problems) console.log(`       ${p}`);
     failures += problems.length === 0 ? 0 : 1;
     await page.close();
@@ -159,7 +274,8 @@ async function main() {
     console.log(`${failures} page(s) failed`);
     process.exit(1);
   }
-  console.log("browser check passed: every page loads with no console error and no request off the machine; every quiz works");
+  console.log("browser check passed: every page loads with no console message and no request off the machine; " +
+    "every fold starts closed and opens on a click, a link and for print; every quiz works");
 }
 
 main().catch(e => {

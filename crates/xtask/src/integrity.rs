@@ -22,9 +22,10 @@ use std::path::{Component, Path, PathBuf};
 
 use crate::run::Result;
 
-/// Runs both halves and reports every problem at once.
-pub fn check_book(root: &Path) -> Result<()> {
-    let html_dir = root.join("target/book/html");
+/// Runs every check on the sources under `root` and the book built into `html_dir`, and reports
+/// every problem at once.
+pub fn check_book(root: &Path, html_dir: &Path) -> Result<()> {
+    let html_dir = html_dir.to_path_buf();
     if !html_dir.join("index.html").is_file() {
         return Err(format!("no built book in {} (run `mdbook build` first)", html_dir.display()).into());
     }
@@ -34,6 +35,7 @@ pub fn check_book(root: &Path) -> Result<()> {
     problems.extend(listing_problems);
     problems.extend(check_html(&html_dir)?);
     problems.extend(check_quizzes(&root.join("book"), &html_dir)?);
+    problems.extend(crate::reading::check_reading_line(&html_dir)?);
     if !problems.is_empty() {
         let list: Vec<String> = problems.iter().map(|p| format!("  - {p}")).collect();
         return Err(format!("book integrity check found {} problem(s):\n{}", problems.len(), list.join("\n")).into());
@@ -43,7 +45,7 @@ pub fn check_book(root: &Path) -> Result<()> {
 }
 
 /// Every file under `dir` (recursively) whose extension is `ext`, sorted.
-fn files_with_ext(dir: &Path, ext: &str) -> Result<Vec<PathBuf>> {
+pub(crate) fn files_with_ext(dir: &Path, ext: &str) -> Result<Vec<PathBuf>> {
     fn walk(dir: &Path, ext: &str, out: &mut Vec<PathBuf>) -> Result<()> {
         for entry in std::fs::read_dir(dir).map_err(|e| format!("cannot read {}: {e}", dir.display()))? {
             let path = entry?.path();
@@ -74,7 +76,7 @@ fn delimited<'a>(text: &'a str, open: &str, close: &str) -> Vec<&'a str> {
     found
 }
 
-fn read(path: &Path) -> Result<String> {
+pub(crate) fn read(path: &Path) -> Result<String> {
     std::fs::read_to_string(path).map_err(|e| format!("cannot read {}: {e}", path.display()).into())
 }
 
@@ -775,13 +777,13 @@ fn linked(page: &Path, text: &str, target: &Path) -> bool {
 
 /// One start tag: its name and attributes (values with `&amp;` and friends decoded).
 #[derive(Debug)]
-struct Tag {
-    name: String,
+pub(crate) struct Tag {
+    pub(crate) name: String,
     attrs: Vec<(String, String)>,
 }
 
 impl Tag {
-    fn attr(&self, name: &str) -> Option<&str> {
+    pub(crate) fn attr(&self, name: &str) -> Option<&str> {
         self.attrs.iter().find(|(n, _)| n == name).map(|(_, v)| v.as_str())
     }
 }
@@ -850,7 +852,7 @@ fn parse_html(html: &str) -> Page {
 }
 
 /// Index of the `>` closing the tag that starts `s`, skipping quoted attribute values.
-fn tag_end(s: &str) -> Option<usize> {
+pub(crate) fn tag_end(s: &str) -> Option<usize> {
     let mut quote = None;
     for (i, c) in s.char_indices().skip(1) {
         match (quote, c) {
@@ -864,7 +866,7 @@ fn tag_end(s: &str) -> Option<usize> {
     None
 }
 
-fn parse_tag(raw: &str) -> Tag {
+pub(crate) fn parse_tag(raw: &str) -> Tag {
     let raw = raw.trim_end_matches('/');
     let name_end = raw.find(|c: char| c.is_whitespace()).unwrap_or(raw.len());
     let name = raw[..name_end].to_ascii_lowercase();
@@ -1339,11 +1341,13 @@ pub fn twice(x: f64) -> f64 {
 // of the page; the script renders the quiz in the reader's browser. These checks make sure every
 // chapter has its quiz, that the directive was expanded into a quiz a reader can use, that the
 // page loads mdbook-quiz's files from the book itself, and that the questions keep the book's
-// rules (4 to 6 questions, each with an `id` and an explanation; no "all of the above", no
-// "which is NOT").
+// rules (4 to 7 questions, each with an `id` and an explanation; no "all of the above", no
+// "which is NOT"; one question, `chNN-predict`, whose answer is a number the chapter does not
+// print, asserted in the chapter beside its id; no line that Markdown would read as a numbered
+// list by accident).
 
 /// How many questions a chapter's quiz has.
-const QUIZ_LENGTH: std::ops::RangeInclusive<usize> = 4..=6;
+const QUIZ_LENGTH: std::ops::RangeInclusive<usize> = 4..=7;
 
 /// The question types mdbook-quiz 0.5.0 renders; all of them work offline (a `Tracing` program
 /// is compiled and run by the preprocessor at build time, with the local `rustc`).
@@ -1405,7 +1409,10 @@ fn check_quiz_sources(src: &Path, chapters: &[(String, String)]) -> Result<Vec<S
         let quiz = format!("quizzes/ch{number}.toml");
         used.insert(quiz.clone());
         match std::fs::read_to_string(src.join(&quiz)) {
-            Ok(toml) => problems.extend(quiz_source_problems(&toml).into_iter().map(|p| format!("{quiz}: {p}"))),
+            Ok(toml) => {
+                problems.extend(quiz_source_problems(&toml).into_iter().map(|p| format!("{quiz}: {p}")));
+                problems.extend(predict_problems(number, &toml, &text).into_iter().map(|p| format!("{quiz}: {p}")));
+            }
             Err(e) => problems.push(format!("{quiz}: cannot read it ({e}), but {page} includes it")),
         }
     }
@@ -1423,10 +1430,53 @@ fn check_quiz_sources(src: &Path, chapters: &[(String, String)]) -> Result<Vec<S
     Ok(problems)
 }
 
+/// Chapter `number`'s quiz (`toml`) has a question `chNN-predict` (predict a number the chapter
+/// did not print, then see why), and the chapter's source (`chapter`) names that id beside the
+/// assertion of its answer.
+fn predict_problems(number: &str, toml: &str, chapter: &str) -> Vec<String> {
+    let id = format!("ch{number}-predict");
+    let mut problems = Vec::new();
+    if !toml.lines().any(|line| line.split_once('=').is_some_and(|(k, v)| k.trim() == "id" && v.trim() == format!("\"{id}\""))) {
+        problems.push(format!("no question `{id}` (a number the chapter did not print: predict it, then see why)"));
+    } else if !chapter.contains(&id) {
+        problems.push(format!("the answer of `{id}` is not asserted in the chapter (name `{id}` in a comment beside the assertion)"));
+    }
+    problems
+}
+
+/// A line that starts with a number and `.` or `)` after a line of text: mdbook-quiz's Markdown
+/// reads it as the start of a numbered list ("1024. What happens..." became item 1024).
+fn accidental_list(previous: &str, line: &str) -> bool {
+    let starts_item = |l: &str| {
+        let l = l.trim_start();
+        let digits = l.bytes().take_while(u8::is_ascii_digit).count();
+        (digits > 0 && l[digits..].starts_with(['.', ')']) && l[digits + 1..].starts_with(' '))
+            || l.starts_with("- ")
+            || l.starts_with("* ")
+    };
+    let numbered = {
+        let l = line.trim_start();
+        let digits = l.bytes().take_while(u8::is_ascii_digit).count();
+        digits > 0 && l[digits..].starts_with(['.', ')']) && (l.len() == digits + 1 || l[digits + 1..].starts_with(' '))
+    };
+    numbered && !previous.trim().is_empty() && !starts_item(previous)
+}
+
 /// Problems of one quiz file, read line by line: each `[[questions]]` table needs `id = ...` and
-/// `context = ...` lines.
+/// `context = ...` lines, and no line may start a numbered list by accident.
 fn quiz_source_problems(toml: &str) -> Vec<String> {
     let mut problems = Vec::new();
+    let lines: Vec<&str> = toml.lines().collect();
+    for (i, pair) in lines.windows(2).enumerate() {
+        if accidental_list(pair[0], pair[1]) {
+            problems.push(format!(
+                "line {}: `{}` starts with a number and a full stop after a line of text, which Markdown reads as \
+                 a numbered list: rewrap the line",
+                i + 2,
+                pair[1].trim()
+            ));
+        }
+    }
     let toml = format!("\n{toml}");
     let mut tables = toml.split("\n[[questions]]").skip(1).peekable();
     if tables.peek().is_none() {
@@ -1574,7 +1624,7 @@ fn quiz_problems(quiz: &serde_json::Value, ids: &mut HashSet<String>) -> Vec<Str
 
 /// Decodes HTML character references in one pass: `&amp;`, `&lt;`, `&gt;`, `&quot;`, `&apos;`
 /// and numeric ones (`&#92;`, `&#x5C;`). Anything else is kept as it is.
-fn decode_character_references(s: &str) -> String {
+pub(crate) fn decode_character_references(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
     let mut rest = s;
     while let Some(amp) = rest.find('&') {
@@ -1667,8 +1717,16 @@ mod quiz_tests {
 
     fn good_book(src: &Path, html: &Path) {
         for (n, name) in [("01", "ch01-embeddings"), ("02", "ch02-qkv")] {
-            write(src, &format!("{name}.md"), &format!("# T\n\ntext\n\n## Check your understanding\n\n{{{{#quiz quizzes/ch{n}.toml}}}}\n"));
-            write(src, &format!("quizzes/ch{n}.toml"), "[[questions]]\nid = \"a\"\ntype = \"ShortAnswer\"\ncontext = \"\"\"\nwhy\n\"\"\"\n");
+            write(
+                src,
+                &format!("{name}.md"),
+                &format!("# T\n\nassert_eq!(x, 7); // ch{n}-predict\n\n## Check your understanding\n\n{{{{#quiz quizzes/ch{n}.toml}}}}\n"),
+            );
+            write(
+                src,
+                &format!("quizzes/ch{n}.toml"),
+                &format!("[[questions]]\nid = \"ch{n}-predict\"\ntype = \"ShortAnswer\"\ncontext = \"\"\"\nwhy\n\"\"\"\n"),
+            );
             write(html, &format!("{name}.html"), &page_with_quiz(&quiz(&format!("ch{n}"), 4)));
         }
         write(src, "introduction.md", "# Intro, no quiz\n");
@@ -1687,8 +1745,9 @@ mod quiz_tests {
     fn missing_unexpanded_or_unlinked_quizzes_are_reported() {
         let (src, html) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
         good_book(src.path(), html.path());
-        // Chapter 3 has no quiz at all; chapter 2's directive is not the last line; a quiz file
-        // no chapter uses; chapter 1's question has no id.
+        // Chapter 3 has no quiz at all; chapter 2's directive is not the last line, and the
+        // chapter no longer asserts its prediction; a quiz file no chapter uses; chapter 1's
+        // question has no id (so it has no prediction either).
         write(src.path(), "ch03-scaling.md", "# Scaling\n\nno quiz here\n");
         write(html.path(), "ch03-scaling.html", "<p>no quiz here</p>");
         write(src.path(), "ch02-qkv.md", "{{#quiz quizzes/ch02.toml}}\n\nmore text\n");
@@ -1713,9 +1772,11 @@ mod quiz_tests {
                 "ch02-qkv.html: 0 quiz placeholders, expected 1",
                 "ch03-scaling.html: 0 quiz placeholders",
                 "ch01-embeddings.html: loads quiz/style.css, which is not in the built book",
+                "quizzes/ch01.toml: no question `ch01-predict`",
+                "quizzes/ch02.toml: the answer of `ch02-predict` is not asserted in the chapter",
             ],
         );
-        assert_eq!(problems.lines().count(), 9, "{problems}");
+        assert_eq!(problems.lines().count(), 11, "{problems}");
     }
 
     #[test]
@@ -1723,8 +1784,8 @@ mod quiz_tests {
         let mut ids = HashSet::new();
         assert_eq!(quiz_problems(&quiz("a", 4), &mut ids), Vec::<String>::new());
         assert!(quiz_problems(&quiz("a", 4), &mut ids).iter().all(|p| p.contains("is used twice in the book")));
-        assert_eq!(quiz_problems(&quiz("b", 3), &mut ids), ["3 questions, expected 4 to 6"]);
-        assert_eq!(quiz_problems(&quiz("c", 7), &mut ids), ["7 questions, expected 4 to 6"]);
+        assert_eq!(quiz_problems(&quiz("b", 3), &mut ids), ["3 questions, expected 4 to 7"]);
+        assert_eq!(quiz_problems(&quiz("c", 8), &mut ids), ["8 questions, expected 4 to 7"]);
 
         let mut bad = quiz("d", 4);
         let questions = bad["questions"].as_array_mut().unwrap();
@@ -1762,6 +1823,23 @@ mod quiz_tests {
         assert!(banned_wording("Which statement is NOT true?").is_some());
         assert!(banned_wording("Which of the following is false?").is_some());
         assert!(banned_wording("All shapes EXCEPT one are right. Pick it.").is_some());
+    }
+
+    #[test]
+    fn numbered_lines_after_text_and_missing_predictions_are_reported() {
+        assert!(accidental_list("rows of 16 scores are measured for `d_k` from 1 to", "1024. What happens?"));
+        assert!(accidental_list("prompt.prompt = \"\"\"", "2) then"));
+        assert!(!accidental_list("", "1. A list after a blank line"));
+        assert!(!accidental_list("1. first", "2. second"));
+        assert!(!accidental_list("- a bullet", "3. then a number"));
+        assert!(!accidental_list("some text", "1024 is a number, not an item"));
+        assert!(!accidental_list("some text", "3.5 is a number too"));
+        let toml = "[[questions]]\nid = \"ch03-a\"\ncontext = \"\"\"\nmeasured from 1 to\n1024. What?\n\"\"\"\n";
+        assert_eq!(quiz_source_problems(toml).len(), 1, "{:?}", quiz_source_problems(toml));
+        let quiz = "[[questions]]\nid = \"ch03-predict\"\n";
+        assert_eq!(predict_problems("03", "id = \"ch03-other\"", "").len(), 1);
+        assert!(predict_problems("03", quiz, "assert_eq!(x, 7); // ch03-predict").is_empty());
+        assert!(predict_problems("03", quiz, "assert_eq!(x, 7);")[0].contains("not asserted"));
     }
 
     #[test]

@@ -6,11 +6,13 @@
 //! cargo xtask tools                         install the pinned mdBook tools (done by both above)
 //! cargo xtask deps                          build the link directory for `mdbook test -L`
 //! cargo xtask figures                       run every chapter example (writes book/img/)
-//! cargo xtask check-book                    check an existing build in target/book/html
+//! cargo xtask check-book [--html DIR]       check an existing build in target/book/html (or DIR,
+//!                                           as written by `mdbook build -d DIR`)
 //! ```
 
 mod deps;
 mod integrity;
+mod reading;
 mod run;
 mod tools;
 
@@ -19,7 +21,8 @@ use std::process::ExitCode;
 
 use run::{Cmd, Result};
 
-const USAGE: &str = "usage: cargo xtask <book [--no-serve] [--open] | test | tools | deps | figures | check-book>";
+const USAGE: &str =
+    "usage: cargo xtask <book [--no-serve] [--open] | test | tools | deps | figures | check-book [--html DIR]>";
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -35,6 +38,13 @@ fn main() -> ExitCode {
 fn dispatch(args: &[String]) -> Result<()> {
     let root = workspace_root();
     let (task, flags) = args.split_first().ok_or(USAGE)?;
+    if task == "check-book" {
+        return match flags {
+            [] => integrity::check_book(&root, &root.join("target/book/html")),
+            [flag, dir] if flag == "--html" => integrity::check_book(&root, &root.join(dir)),
+            _ => Err(format!("check-book takes nothing or `--html DIR`\n{USAGE}").into()),
+        };
+    }
     let allowed: &[&str] = match task.as_str() {
         "book" => &["--no-serve", "--open"],
         _ => &[],
@@ -52,7 +62,6 @@ fn dispatch(args: &[String]) -> Result<()> {
         "tools" => tools::ensure(&root).map(|_| ()),
         "deps" => deps::build_link_dir(&root).map(|dir| println!("{}", dir.display())),
         "figures" => figures(&root),
-        "check-book" => integrity::check_book(&root),
         _ => Err(USAGE.into()),
     }
 }
@@ -100,7 +109,7 @@ fn test(root: &Path) -> Result<()> {
         .run_filtered(katex_version_warning)?;
     step("mdbook build + link check + integrity check");
     build_book(root, &bin)?;
-    integrity::check_book(root)?;
+    integrity::check_book(root, &root.join("target/book/html"))?;
     println!("\nall checks passed: cargo test, mdbook test, book build, link and integrity checks");
     Ok(())
 }
