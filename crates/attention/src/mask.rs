@@ -10,9 +10,9 @@
 //! A mask broadcasts against the scores like a NumPy array: an `(L_q, L_k)` mask applies to
 //! every matrix of a `(batch, L_q, L_k)` stack, a `(batch, 1, L_q, L_k)` mask to every head.
 //!
-//! Anchors (below the doc comments): `mask`, `padding`, `apply_mask`, `to_additive` (chapter
-//! *Masking*), `sliding_window`, `as_array` (chapter *Generating one token at a time*) and
-//! `for_heads` (chapter *Gradients*).
+//! Anchors (below the doc comments): `mask`, `causal_rect`, `padding`, `apply_mask`,
+//! `to_additive` (chapter *Masking*), `sliding_window`, `as_array` (chapter *Generating one
+//! token at a time*) and `for_heads` (chapter *Gradients*).
 
 use ndarray::{Array, Array2, Array3, ArrayD, ArrayViewD, Axis, Dimension, IxDyn, Zip};
 
@@ -88,10 +88,12 @@ impl Mask {
     /// assert!(m.allows(&[1, 1]) && !m.allows(&[1, 2]));
     /// ```
     // ANCHOR: mask
+    // ANCHOR: causal_rect
     pub fn causal_rect(l_q: usize, l_k: usize) -> Mask {
         let allowed = Array2::from_shape_fn((l_q, l_k), |(i, j)| j <= i);
         Mask { allowed: allowed.into_dyn() }
     }
+    // ANCHOR_END: causal_rect
 }
 // ANCHOR_END: mask
 
