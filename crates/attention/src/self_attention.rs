@@ -7,7 +7,8 @@
 //! The layer has `d_model·(2·d_k + d_v)` parameters.
 //!
 //! Anchors (below the doc comments): `self_attention` (chapter *Queries, keys and values*),
-//! `self_attention_cross`.
+//! `self_attention_forward` (the struct and `forward` only) and `self_attention_new` (the
+//! constructor only) for the same chapter, `self_attention_cross`.
 
 use ndarray::{Array2, ArrayRef2, ArrayRef3, Ix2, Ix3};
 use rand::Rng;
@@ -30,6 +31,7 @@ use crate::sdpa::{Attention, sdpa, sdpa_batched};
 /// ```
 #[derive(Debug, Clone, PartialEq)]
 // ANCHOR: self_attention
+// ANCHOR: self_attention_forward
 pub struct SelfAttention<A> {
     w_q: Linear<A>, // (d_model, d_k)
     w_k: Linear<A>, // (d_model, d_k)
@@ -38,6 +40,7 @@ pub struct SelfAttention<A> {
 
 impl<A: Float> SelfAttention<A> {
     // ANCHOR_END: self_attention
+    // ANCHOR_END: self_attention_forward
     /// A layer from given matrices `W_Q, W_K: (d_model, d_k)` and `W_V: (d_model, d_v)`.
     ///
     /// ```
@@ -52,6 +55,7 @@ impl<A: Float> SelfAttention<A> {
     /// assert_eq!(bad.unwrap_err().to_string(), "W_Q has d_k = 4 but W_K has d_k = 3");
     /// ```
     // ANCHOR: self_attention
+    // ANCHOR: self_attention_new
     pub fn new(w_q: Array2<A>, w_k: Array2<A>, w_v: Array2<A>) -> Result<Self> {
         let (w_q, w_k, w_v) = (Linear::new(w_q)?, Linear::new(w_k)?, Linear::new(w_v)?);
         let (d_model, d_k) = (w_q.d_in(), w_q.d_out());
@@ -66,6 +70,7 @@ impl<A: Float> SelfAttention<A> {
         }
         Ok(SelfAttention { w_q, w_k, w_v })
     }
+    // ANCHOR_END: self_attention_new
 
     // ANCHOR_END: self_attention
 
@@ -83,6 +88,7 @@ impl<A: Float> SelfAttention<A> {
     /// assert_eq!(att.output.row(0), x.row(0)); // the first token sees only itself
     /// ```
     // ANCHOR: self_attention
+    // ANCHOR: self_attention_forward
     pub fn forward(&self, x: &ArrayRef2<A>, mask: Option<&Mask>) -> Result<Attention<A, Ix2>> {
         let q = self.w_q.apply(x)?; // (L, d_k)
         let k = self.w_k.apply(x)?; // (L, d_k)
@@ -91,6 +97,7 @@ impl<A: Float> SelfAttention<A> {
     }
 }
 // ANCHOR_END: self_attention
+// ANCHOR_END: self_attention_forward
 
 // ANCHOR: self_attention_cross
 impl<A: Float> SelfAttention<A> {
@@ -280,6 +287,6 @@ impl<A: Float> SelfAttention<A> {
     pub fn parameter_count(&self) -> usize {
         self.w_q.parameter_count() + self.w_k.parameter_count() + self.w_v.parameter_count()
     }
-// ANCHOR: self_attention_cross
+    // ANCHOR: self_attention_cross
 }
 // ANCHOR_END: self_attention_cross
