@@ -62,7 +62,7 @@ fn report() -> Result<String, Box<dyn Error>> {
     writeln!(out, "exp overflows above ln(MAX): f32 {:.4}, f64 {:.4}", f32::MAX.ln(), f64::MAX.ln())?;
     let (a32, a64) = (arr1(&[89.0_f32, 88.0]), arr1(&[710.0_f64, 709.0]));
     writeln!(out, "f32 [89, 88]:   naive {:.4}, stable {:.4}", naive_softmax(&a32), softmax(&a32))?;
-    writeln!(out, "f64 [710, 709]: naive {:.4}, stable {:.4}", naive_softmax(&a64), softmax(&a64))?;
+    writeln!(out, "f64 [710, 709]: naive {:.4}, stable {:.4}\n", naive_softmax(&a64), softmax(&a64))?;
     let big = arr2(&nb004::SCALED).mapv(|s| (50.0 * s) as f32);
     writeln!(out, "Notebook 004's scaled scores times 50, in f32, naive softmax:\n{:.4}", naive_softmax(&big))?;
     writeln!(out, "...and stable softmax:\n{:.4}\n", softmax(&big))?;
