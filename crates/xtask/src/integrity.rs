@@ -109,7 +109,36 @@ fn include_directives(text: &str) -> Vec<&str> {
 }
 
 fn check_include(dir: &Path, directive: &str) -> std::result::Result<(), String> {
-    expand_include(dir, directive).map(|_| ())
+    let (path, lines) = expand_include(dir, directive)?;
+    if path.extension().is_some_and(|e| e == "txt") && directive.starts_with("include ") {
+        check_output_sections(&path, &lines)?;
+    }
+    Ok(())
+}
+
+/// A line range of a captured output (`img/chNN_output.txt`, written by a chapter example) must
+/// be whole paragraphs: it starts at the file's first line or after a blank line, and ends at its
+/// last line or before a blank line, neither end blank. When the example's report changes shape,
+/// a range cut out of it by line numbers then fails here instead of showing the wrong lines.
+fn check_output_sections(path: &Path, included: &[(usize, String)]) -> std::result::Result<(), String> {
+    let (Some((first, _)), Some((last, _))) = (included.first(), included.last()) else {
+        return Err(format!("includes no line of {}", path.display()));
+    };
+    let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    let lines: Vec<&str> = text.lines().collect();
+    let blank = |i: usize| lines.get(i).is_none_or(|l| l.trim().is_empty());
+    let starts_a_paragraph = *first == 0 || blank(first - 1);
+    let ends_a_paragraph = blank(last + 1);
+    if blank(*first) || blank(*last) || !starts_a_paragraph || !ends_a_paragraph {
+        return Err(format!(
+            "lines {}-{} of {} are not whole paragraphs (a range must start after a blank line and end before \
+             one): did the report change shape?",
+            first + 1,
+            last + 1,
+            path.display()
+        ));
+    }
+    Ok(())
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1160,6 +1189,22 @@ mod tests {
                 "ch1.html: <div class=\"head-view\" data-head-view=\"lost\">: no local <script src> on the page registers its data",
             ],
         );
+    }
+
+    #[test]
+    fn line_ranges_of_captured_outputs_are_whole_paragraphs() {
+        let dir = tempfile::tempdir().unwrap();
+        write(dir.path(), "img/out.txt", "title\nline 2\n\nsection\nmore\n\nlast\n");
+        for ok in ["include img/out.txt:1:2", "include img/out.txt:4:5", "include img/out.txt:4:", "include img/out.txt:7"] {
+            assert_eq!(check_include(dir.path(), ok), Ok(()), "{ok}");
+        }
+        for bad in ["include img/out.txt:2:2", "include img/out.txt:4:4", "include img/out.txt:3:5", "include img/out.txt:1:3"] {
+            let err = check_include(dir.path(), bad).unwrap_err();
+            assert!(err.contains("not whole paragraphs"), "{bad}: {err}");
+        }
+        // Rust files and rustdoc_include are not reports.
+        write(dir.path(), "src/a.rs", "fn a() {}\nfn b() {}\n");
+        assert_eq!(check_include(dir.path(), "include src/a.rs:2"), Ok(()));
     }
 
     #[test]
