@@ -829,53 +829,101 @@ struct Page {
 /// HTML tags that Markdown produces and MathML never contains.
 const MARKDOWN_TAGS: [&str; 7] = ["em", "strong", "del", "a", "code", "img", "p"];
 
-/// A small, forgiving HTML scanner: enough for mdBook's well-formed output.
+/// One piece of an HTML page, as [`tokens`] reads it.
+pub(crate) enum Token<'a> {
+    /// Text between tags (character references not decoded).
+    Text(&'a str),
+    /// A start tag (or a self-closing one).
+    Open(Tag),
+    /// An end tag: its name, in lower case.
+    Close(String),
+}
+
+/// A small, forgiving HTML scanner, enough for mdBook's well-formed output: the page's text,
+/// start tags and end tags in order. Comments are skipped, and so is the content of `<script>`
+/// and `<style>` (their end tags still come through); an unfinished tag at the end comes back
+/// as text.
+pub(crate) fn tokens(html: &str) -> impl Iterator<Item = Token<'_>> {
+    let mut rest = html;
+    let mut pending: Option<Token> = None;
+    std::iter::from_fn(move || {
+        if let Some(token) = pending.take() {
+            return Some(token);
+        }
+        loop {
+            if rest.is_empty() {
+                return None;
+            }
+            let lt = rest.find('<').unwrap_or(rest.len());
+            let text = &rest[..lt];
+            rest = &rest[lt..];
+            let tag = if let Some(after) = rest.strip_prefix("<!--") {
+                rest = after.find("-->").map_or("", |end| &after[end + 3..]);
+                None
+            } else if let Some(gt) = tag_end(rest) {
+                let raw = &rest[1..gt];
+                rest = &rest[gt + 1..];
+                Some(match raw.strip_prefix('/') {
+                    Some(closing) => Token::Close(closing.trim().to_ascii_lowercase()),
+                    None => {
+                        let tag = parse_tag(raw);
+                        if tag.name == "script" || tag.name == "style" {
+                            let close = format!("</{}", tag.name);
+                            rest = rest.find(&close).map_or("", |i| &rest[i..]);
+                        }
+                        Token::Open(tag)
+                    }
+                })
+            } else {
+                // An unfinished tag: the rest is text.
+                let text = &html[html.len() - rest.len() - text.len()..];
+                rest = "";
+                return Some(Token::Text(text));
+            };
+            match (text.is_empty(), tag) {
+                (true, Some(tag)) => return Some(tag),
+                (false, tag) => {
+                    pending = tag;
+                    return Some(Token::Text(text));
+                }
+                (true, None) => continue,
+            }
+        }
+    })
+}
+
+/// Reads a page: its start tags, its prose (text outside code) and any Markdown tag inside a
+/// formula.
 fn parse_html(html: &str) -> Page {
     let mut tags = Vec::new();
     let mut prose = String::new();
-    let mut rest = html;
     let mut code_depth = 0usize;
     let mut math_depth = 0usize;
     let mut markdown_in_math = Vec::new();
-    while let Some(lt) = rest.find('<') {
-        if code_depth == 0 {
-            prose.push_str(&rest[..lt]);
-        }
-        rest = &rest[lt..];
-        if let Some(after) = rest.strip_prefix("<!--") {
-            rest = after.find("-->").map_or("", |end| &after[end + 3..]);
-            continue;
-        }
-        let Some(gt) = tag_end(rest) else { break };
-        let raw = &rest[1..gt];
-        rest = &rest[gt + 1..];
-        if let Some(closing) = raw.strip_prefix('/') {
-            let name = closing.trim().to_ascii_lowercase();
-            if (name == "code" || name == "pre") && code_depth > 0 {
-                code_depth -= 1;
+    for token in tokens(html) {
+        match token {
+            Token::Text(text) if code_depth == 0 => prose.push_str(text),
+            Token::Text(_) => {}
+            Token::Close(name) => {
+                if (name == "code" || name == "pre") && code_depth > 0 {
+                    code_depth -= 1;
+                }
+                if name == "math" && math_depth > 0 {
+                    math_depth -= 1;
+                }
             }
-            if name == "math" && math_depth > 0 {
-                math_depth -= 1;
+            Token::Open(tag) => {
+                if math_depth > 0 && MARKDOWN_TAGS.contains(&tag.name.as_str()) {
+                    markdown_in_math.push(tag.name.clone());
+                }
+                match tag.name.as_str() {
+                    "code" | "pre" => code_depth += 1,
+                    "math" => math_depth += 1,
+                    _ => {}
+                }
+                tags.push(tag);
             }
-            continue;
         }
-        let tag = parse_tag(raw);
-        if math_depth > 0 && MARKDOWN_TAGS.contains(&tag.name.as_str()) {
-            markdown_in_math.push(tag.name.clone());
-        }
-        match tag.name.as_str() {
-            "script" | "style" => {
-                let close = format!("</{}", tag.name);
-                rest = rest.find(&close).map_or("", |i| &rest[i..]);
-            }
-            "code" | "pre" => code_depth += 1,
-            "math" => math_depth += 1,
-            _ => {}
-        }
-        tags.push(tag);
-    }
-    if code_depth == 0 {
-        prose.push_str(rest);
     }
     Page { tags, prose, markdown_in_math }
 }

@@ -19,7 +19,7 @@
 
 use std::path::Path;
 
-use crate::integrity::{decode_character_references, files_with_ext, parse_tag, read, tag_end};
+use crate::integrity::{Token, decode_character_references, files_with_ext, read, tokens};
 use crate::run::Result;
 
 /// Words a reader reads in a minute of this book's reading line: slower than prose, because of
@@ -97,41 +97,31 @@ pub fn measure(html: &str) -> Reading {
     let (mut in_main, mut details, mut boring, mut math, mut code) = (false, 0usize, 0usize, 0usize, 0usize);
     let (mut fast_h2, mut fast_h3, mut in_check, mut in_recap) = (false, false, false, false);
     let (mut recap_list_depth, mut list_depth) = (None::<usize>, 0usize);
-    let mut rest = html;
-    loop {
-        let lt = rest.find('<').unwrap_or(rest.len());
-        if in_main && boring == 0 {
-            let text = decode_character_references(&rest[..lt].replace("&nbsp;", " "));
-            if code == 0 && text.contains("```") {
-                reading.problems.push(
-                    "a Markdown fence (```) is left as text: a code block needs a blank line after <summary> \
-                     and before </details>"
-                        .into(),
-                );
+    let mut skipped = 0usize;
+    for token in tokens(html) {
+        let (name, tag) = match token {
+            Token::Text(raw) => {
+                if in_main && boring == 0 && skipped == 0 {
+                    let text = decode_character_references(&raw.replace("&nbsp;", " "));
+                    if code == 0 && text.contains("```") {
+                        reading.problems.push(
+                            "a Markdown fence (```) is left as text: a code block needs a blank line after \
+                             <summary> and before </details>"
+                                .into(),
+                        );
+                    }
+                    buckets.push(&text, details > 0, fast_h2 || fast_h3, in_recap);
+                }
+                continue;
             }
-            buckets.push(&text, details > 0, fast_h2 || fast_h3, in_recap);
-        }
-        if lt == rest.len() {
-            break;
-        }
-        rest = &rest[lt..];
-        if let Some(after) = rest.strip_prefix("<!--") {
-            rest = after.find("-->").map_or("", |end| &after[end + 3..]);
-            continue;
-        }
-        let Some(gt) = tag_end(rest) else { break };
-        let raw = &rest[1..gt];
-        rest = &rest[gt + 1..];
-        let closing = raw.strip_prefix('/');
-        let name = match closing {
-            Some(name) => name.trim().to_ascii_lowercase(),
-            None => parse_tag(raw).name,
+            Token::Close(name) => (name, None),
+            Token::Open(tag) => (tag.name.clone(), Some(tag)),
         };
         let block = math == 0 && !INLINE.contains(&name.as_str());
-        if block && in_main && boring == 0 {
+        if block && in_main && boring == 0 && skipped == 0 {
             buckets.push(" ", details > 0, fast_h2 || fast_h3, in_recap);
         }
-        if let Some(_closing) = closing {
+        let Some(tag) = tag else {
             match name.as_str() {
                 "main" => in_main = false,
                 "details" => details = details.saturating_sub(1),
@@ -139,18 +129,15 @@ pub fn measure(html: &str) -> Reading {
                 "math" => math = math.saturating_sub(1),
                 "pre" | "code" => code = code.saturating_sub(1),
                 "ul" | "ol" => list_depth = list_depth.saturating_sub(1),
+                "annotation" | "title" => skipped = skipped.saturating_sub(1),
                 _ => {}
             }
             continue;
-        }
-        let tag = parse_tag(raw);
+        };
         let class_has = |c: &str| tag.attr("class").is_some_and(|classes| classes.split_whitespace().any(|x| x == c));
-        match tag.name.as_str() {
+        match name.as_str() {
             "main" => in_main = true,
-            "script" | "style" | "annotation" | "title" => {
-                let close = format!("</{}", tag.name);
-                rest = rest.find(&close).map_or("", |i| &rest[i..]);
-            }
+            "annotation" | "title" => skipped += 1,
             "details" => {
                 details += 1;
                 if tag.attr("open").is_some() {
@@ -169,7 +156,7 @@ pub fn measure(html: &str) -> Reading {
             }
             "li" if in_recap && details == 0 && recap_list_depth == Some(list_depth) => reading.recap_bullets += 1,
             "h1" | "h2" => {
-                fast_h2 = tag.name == "h2" && class_has("fast");
+                fast_h2 = name == "h2" && class_has("fast");
                 fast_h3 = false;
                 in_check = tag.attr("id") == Some("check");
                 in_recap = tag.attr("id") == Some("recap");
