@@ -22,9 +22,10 @@ use std::path::Path;
 use crate::integrity::{Token, decode_character_references, files_with_ext, read, tokens};
 use crate::run::Result;
 
-/// Words a reader reads in a minute of this book's reading line: slower than prose, because of
-/// the formulas and the code (the fast path's "about three hours" is measured with it).
-pub const WORDS_PER_MINUTE: usize = 120;
+/// Words a reader reads in a minute of this book's reading line: about half a careful reading
+/// of plain prose (some 200 words a minute), because of the formulas and the code, which are
+/// counted as words (the fast path's "about three hours" is measured with it).
+pub const WORDS_PER_MINUTE: usize = 100;
 
 /// The Introduction promises a fast path of about three hours: it must take between these many
 /// minutes at [`WORDS_PER_MINUTE`].
