@@ -17,8 +17,10 @@
 //! A model trained with one layout and run with the other still gets position 0 right (it is
 //! not rotated) and every score of a query with its own key, and nothing else: a one-token
 //! test passes, and every score between two different positions is wrong.
-//! [`layout_permutation`] reorders the columns of `W_Q` and `W_K` to move weights from one
-//! layout to the other.
+//! [`layout_permutation`] reorders the columns of `W_Q` and `W_K` to move weights from the
+//! interleaved layout to rotate-half, and its inverse
+//! ([`inverse_permutation`](crate::position::inverse_permutation)) from rotate-half to
+//! interleaved.
 //!
 //! The angles are computed in `f64` and only their cosine and sine are rounded to the
 //! element type, so that an `f32` rotation at position 100 000 is as accurate as one at 1.
@@ -233,13 +235,16 @@ fn rotate_interleaved<A: Float>(mut row: ArrayViewMut1<A>, cos: &[A], sin: &[A])
 /// (`w.select(Axis(1), &perm)`), so interleaved pair `(2i, 2i+1)` lands on rotate-half pair
 /// `(i, i + d/2)`. Then [`RopeLayout::RotateHalf`] on `x · W[:, perm]` gives the columns of
 /// [`RopeLayout::Interleaved`] on `x · W`, reordered by `perm`, and every score `q · k` is
-/// the same. The other direction (rotate-half weights to interleaved) uses the inverse
-/// permutation. For a multi-head `W_Q: (d_model, heads·d_head)`, reorder each head's block
-/// of `d_head` columns. This is the reordering Hugging Face's Llama conversion script
-/// (`permute` in `convert_llama_weights_to_hf.py`) applies to the rows of Meta's `(out, in)`
-/// weights; `W_V` is never reordered (values are not rotated).
+/// the same. The other direction, rotate-half weights to interleaved, uses the inverse
+/// permutation, [`inverse_permutation`](crate::position::inverse_permutation)`(&perm)`
+/// (`[0, 4, 1, 5, 2, 6, 3, 7]` for `d = 8`). For a multi-head
+/// `W_Q: (d_model, heads·d_head)`, reorder each head's block of `d_head` columns. This is
+/// the reordering Hugging Face's Llama conversion script (`permute` in
+/// `convert_llama_weights_to_hf.py`) applies to the rows of Meta's `(out, in)` weights; `W_V`
+/// is never reordered (values are not rotated).
 ///
 /// ```
+/// use attention::position::inverse_permutation;
 /// use attention::rope::{layout_permutation, Rope, RopeLayout};
 /// use ndarray::{array, Axis};
 ///
@@ -253,6 +258,16 @@ fn rotate_interleaved<A: Float>(mut row: ArrayViewMut1<A>, cos: &[A], sin: &[A])
 ///     rotate_half.apply(&q.select(Axis(1), &perm), 0).unwrap(),
 ///     interleaved.apply(&q, 0).unwrap().select(Axis(1), &perm)
 /// );
+///
+/// // And back: rotate-half weights, columns reordered by the inverse, run interleaved.
+/// let inverse = inverse_permutation(&perm).unwrap();
+/// assert_eq!(inverse, [0, 2, 1, 3]); // for d = 4 the permutation is its own inverse
+/// assert_eq!(
+///     interleaved.apply(&q.select(Axis(1), &inverse), 0).unwrap(),
+///     rotate_half.apply(&q, 0).unwrap().select(Axis(1), &inverse)
+/// );
+/// let eight = layout_permutation(8).unwrap();
+/// assert_eq!(inverse_permutation(&eight).unwrap(), [0, 4, 1, 5, 2, 6, 3, 7]);
 /// assert!(layout_permutation(3).is_err());
 /// ```
 // ANCHOR: layout_permutation

@@ -5,16 +5,16 @@
 use ndarray::Array2;
 
 pub fn sinusoidal_table(len: usize, d_model: usize) -> Array2<f64> {
-    todo!("sin in column 2i, cos in column 2i + 1, frequency 10000^(-2i/d_model)")
+    todo!("row p, column j: PE(p, j) from the paper's formula; which exponent has column j?")
 }
 // ANCHOR_END: sinusoidal_table
 
 // ANCHOR: shift
-use attention::Result;
+use attention::{AttentionError, Result};
 use ndarray::{Array1, ArrayRef1};
 
 pub fn shift(pe: &ArrayRef1<f64>, k: i64) -> Result<Array1<f64>> {
-    todo!("rotate each (sin, cos) pair by k times its frequency; an odd width is an error")
+    todo!("PE(p + k) from PE(p) and k alone, with p unknown; and for an odd width?")
 }
 // ANCHOR_END: shift
 
