@@ -17,8 +17,12 @@
 //!   `x * y + z` into one FMA instruction and never reorders additions of floats, and the
 //!   loop is the same compiled code on every x86-64 machine (the crate is not built with
 //!   `target-cpu=native`), so the result is too.
-//! - [`exp`] and [`ln`] come from the [`libm`] crate, written in Rust: the same code, and so
-//!   the same result, everywhere.
+//! - [`exp`] and [`ln`] come from the [`libm`] crate, musl's maths library ported to Rust (its
+//!   version pinned by `Cargo.lock`). On x86-64 and aarch64, `libm::exp` and `libm::log` run
+//!   the same Rust source: `libm` replaces only `sqrt`, `fma` and (on aarch64) `rint` by
+//!   processor instructions there, and these two call none of them. With no fused
+//!   multiply-adds and every `f64` operation rounded as IEEE 754 prescribes, the same source
+//!   gives the same bits on both.
 //! - [`softmax`] and [`sdpa`] are the forward passes of chapters *Softmax* and *Multi-head
 //!   attention* computed with those two, adding each row's terms left to right.
 //!
@@ -165,7 +169,8 @@ fn check_matmul<'s>(
 // ANCHOR_END: check_matmul
 
 /// `eˣ`, computed by [`libm::exp`] in `f64` and rounded to `A`: the same result on every
-/// machine (unlike `f64::exp`, which calls the system library). `exp(−∞) = 0`.
+/// x86-64 and aarch64 machine (unlike `f64::exp`, which calls the system library).
+/// `exp(−∞) = 0`.
 ///
 /// ```
 /// use attention::exact::exp;
@@ -182,7 +187,8 @@ pub fn exp<A: Float>(x: A) -> A {
 
 // ANCHOR_END: exact_exp_ln
 /// The natural logarithm, computed by [`libm::log`] in `f64` and rounded to `A`: the same
-/// result on every machine. `ln(0) = −∞`; `ln` of a negative number is NaN.
+/// result on every x86-64 and aarch64 machine. `ln(0) = −∞`; `ln` of a negative number is
+/// NaN.
 ///
 /// ```
 /// use attention::exact::ln;
@@ -362,7 +368,7 @@ mod tests {
     #[test]
     fn matmul_of_empty_axes_is_empty_or_zero() {
         let z = matmul(&Array2::<f64>::zeros((3, 0)), &Array2::zeros((0, 2))).unwrap();
-        assert_eq!(z, Array2::zeros((3, 2)));
+        assert_eq!(z, Array2::<f64>::zeros((3, 2)));
         assert_eq!(
             matmul(&Array2::<f64>::zeros((0, 4)), &Array2::zeros((4, 2))).unwrap().dim(),
             (0, 2)
@@ -414,6 +420,23 @@ mod tests {
         assert_eq!(exp(f32::NEG_INFINITY), 0.0);
         assert_eq!(exp(f64::INFINITY), f64::INFINITY);
         assert_eq!(ln(0.0_f64), f64::NEG_INFINITY);
+    }
+
+    /// Chapter 11 (the fold "Why these chapters compute through `exact`") names the versions
+    /// whose source it describes: `libm` 0.2.16, where `exp` and `log` are replaced by no
+    /// processor instruction on x86-64 or aarch64, and rand 0.9.5, whose `StdRng` is ChaCha12
+    /// and not promised to stay so. A `cargo update` that moves either fails here, so that those
+    /// claims are read again, and the chapter updated, before the versions change.
+    #[test]
+    fn the_lock_file_pins_the_versions_chapter_11_names() {
+        let lock = include_str!("../../../Cargo.lock");
+        for (name, version) in [("libm", "0.2.16"), ("rand", "0.9.5")] {
+            let entry = format!("name = \"{name}\"\nversion = \"{version}\"\n");
+            assert!(
+                lock.contains(&entry),
+                "Cargo.lock no longer pins {name} {version}: check what chapter 11 says of it"
+            );
+        }
     }
 
     #[test]
