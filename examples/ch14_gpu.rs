@@ -31,7 +31,7 @@ use std::path::{Path, PathBuf};
 use attention::tiled::{Masking, Tiles, causal_tile_counts, tiled_sdpa_batched};
 use figures::{Axis, Heatmap, LineChart};
 use gpu::traffic::{standard, traffic};
-use gpu::{B_K, B_Q, Gpu, GpuError, Kernel, MAX_D, TILE_BYTES};
+use gpu::{B_K, B_Q, Gpu, GpuError, Kernel, MAX_D, tile_bytes};
 use ndarray::{Array2, Array4};
 use rand::{Rng, SeedableRng, rngs::StdRng};
 
@@ -92,8 +92,11 @@ fn report() -> Result<String, Box<dyn Error>> {
     )?;
     writeln!(
         out,
-        "K and V tiles: 2 · {B_K} · {MAX_D} · 4 bytes = {TILE_BYTES} bytes of workgroup memory"
+        "K and V tiles, sized by the head width: {B_K} · (d_k + d_v) · 4 bytes of workgroup memory"
     )?;
+    for d in [D, MAX_D] {
+        writeln!(out, "  d = {d:>3}: {} bytes", tile_bytes(d, d))?;
+    }
     writeln!(
         out,
         "WebGPU's default: {WEBGPU_DEFAULT} bytes = {} floats = d² at d = {D}",
@@ -188,7 +191,10 @@ pub fn render_figures(out_dir: &Path) -> Result<Vec<PathBuf>, Box<dyn Error>> {
     let (header, timings) = committed_timings()?;
     // The first header line ends with how the times were taken, e.g. "median of 3 runs …".
     let runs = header.first().and_then(|h| h.split_once("ms, ")).map_or("ms", |(_, r)| r);
-    let chart = draw_timings(&timings, runs, &out_dir.join("ch14_time_vs_l.png"))?;
+    let line = |prefix: &str| header.iter().find_map(|h| h.strip_prefix(prefix));
+    let adapter = adapter_label(line("GPU: ").ok_or("no `# GPU:` line")?);
+    let cpu = line("CPU tiled = ").ok_or("no `# CPU tiled =` line")?;
+    let chart = draw_timings(&timings, runs, cpu, &adapter, &out_dir.join("ch14_time_vs_l.png"))?;
     let text = out_dir.join("ch14_output.txt");
     std::fs::write(&text, report()?)?;
     Ok(vec![grid, chart, text])
@@ -274,8 +280,27 @@ fn timing_table(rows: &[Timing]) -> String {
     out
 }
 
-/// `ch14_time_vs_l.png`: ms against L, log-log, no mask: the CPU's tiled path and both kernels.
-fn draw_timings(rows: &[Timing], runs: &str, path: &Path) -> Result<PathBuf, Box<dyn Error>> {
+/// The adapter as the figure names it: its name without the details in brackets, and for
+/// Mesa's software Vulkan what it is and which Mesa, e.g. "llvmpipe (Mesa 22.3.6, software
+/// Vulkan on the CPU)" from "llvmpipe (LLVM 15.0.6, 256 bits) (Vulkan, llvmpipe Mesa 22.3.6 …)".
+fn adapter_label(adapter: &str) -> String {
+    let name = adapter.split(" (").next().unwrap_or(adapter);
+    let mesa = adapter.split_once("Mesa ").and_then(|(_, r)| r.split([' ', ')']).next());
+    match (name, mesa) {
+        ("llvmpipe", Some(mesa)) => format!("llvmpipe (Mesa {mesa}, software Vulkan on the CPU)"),
+        _ => name.to_string(),
+    }
+}
+
+/// `ch14_time_vs_l.png`: ms against L, log-log, no mask: the CPU's tiled path (`cpu` says
+/// how it ran) and both kernels on `adapter`, named in the legend.
+fn draw_timings(
+    rows: &[Timing],
+    runs: &str,
+    cpu: &str,
+    adapter: &str,
+    path: &Path,
+) -> Result<PathBuf, Box<dyn Error>> {
     let series = |pick: fn(&Timing) -> Option<f64>| {
         rows.iter().filter(|r| !r.causal).filter_map(|r| pick(r).map(|t| (r.l as f64, t))).collect::<Vec<_>>()
     };
@@ -288,9 +313,9 @@ fn draw_timings(rows: &[Timing], runs: &str, path: &Path) -> Result<PathBuf, Box
         .y_label(format!("ms ({runs})"))
         .x_axis(Axis::Log2)
         .y_axis(Axis::Log10)
-        .series("CPU, chapter 8's tiled path", series(|r| Some(r.cpu_tiled)))
-        .series(format!("GPU, naive kernel ({what})"), series(|r| r.naive.kernel.or(r.naive.total)))
-        .series(format!("GPU, tiled kernel ({what})"), series(|r| r.tiled.kernel.or(r.tiled.total)))
+        .series(format!("CPU: {cpu}"), series(|r| Some(r.cpu_tiled)))
+        .series(format!("{adapter}: naive kernel ({what})"), series(|r| r.naive.kernel.or(r.naive.total)))
+        .series(format!("{adapter}: tiled kernel ({what})"), series(|r| r.tiled.kernel.or(r.tiled.total)))
         .save(path)?)
 }
 

@@ -21,9 +21,12 @@ const MASK_CAUSAL: u32 = 1u; // query i sees keys 0..=i
 const MASK_BITS: u32 = 2u;   // bit j % 32 of word j / 32 of row i of `mask`: 1 = may attend
 
 const B_Q: u32 = 64u;   // invocations per workgroup: one query each
-const MAX_D4: u32 = 32u; // the widest head, in vec4s: 128 numbers
+// The widest head, in vec4s: 128 numbers. It sizes each invocation's own arrays (its query
+// row and accumulator): WGSL lets only arrays in workgroup memory take an override's size.
+const MAX_D4: u32 = 32u;
 // The head widths in vec4s, ⌈d_k / 4⌉ and ⌈d_v / 4⌉, fixed when the pipeline is made (Rust's
-// `constants`), so the compiler knows the bounds of the loops over a row.
+// `constants`), so the compiler knows the bounds of the loops over a row, and the tiled
+// kernel's tiles in workgroup memory take their size from them.
 override D_K4: u32;
 override D_V4: u32;
 

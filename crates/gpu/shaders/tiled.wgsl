@@ -4,9 +4,10 @@
 
 // ANCHOR: tiles
 const B_K: u32 = 32u; // keys per tile: one bit each in a u32, one word of the mask
-// The tiles of keys and values: 2 · 32 · 32 vec4s · 16 bytes = 32 KiB of workgroup memory.
-var<workgroup> k_tile: array<vec4<f32>, B_K * MAX_D4>;
-var<workgroup> v_tile: array<vec4<f32>, B_K * MAX_D4>;
+// The tiles of keys and values, sized by the head widths the host sets (D_K4, D_V4):
+// 32 · (16 + 16) vec4s · 16 bytes = 16 KiB at d = 64, 32 KiB at d = 128.
+var<workgroup> k_tile: array<vec4<f32>, B_K * D_K4>;
+var<workgroup> v_tile: array<vec4<f32>, B_K * D_V4>;
 // ANCHOR_END: tiles
 
 // Which of the n_k keys of the tile starting at key j0 query i of matrix b may see: bit jj

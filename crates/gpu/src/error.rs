@@ -74,12 +74,17 @@ pub enum GpuError {
     },
     /// The tiled kernel's tiles do not fit in this device's workgroup memory.
     #[error(
-        "the tiled kernel needs {needed} bytes of workgroup memory but {adapter} offers {available}"
+        "the tiled kernel's tiles take {needed} bytes of workgroup memory at d_k = {d_k}, \
+         d_v = {d_v}, but this device on {adapter} allows {available}"
     )]
     WorkgroupMemory {
         /// The adapter's name.
         adapter: String,
-        /// The bytes the K and V tiles take.
+        /// The queries' and keys' width.
+        d_k: usize,
+        /// The values' width.
+        d_v: usize,
+        /// The bytes the K and V tiles take: [`tile_bytes`](crate::tile_bytes).
         needed: u32,
         /// `max_compute_workgroup_storage_size`.
         available: u32,

@@ -37,9 +37,21 @@ pub const MAX_D: usize = 128;
 pub const B_Q: usize = 64;
 /// Keys per tile in the tiled kernel (`B_K` in `shaders/tiled.wgsl`).
 pub const B_K: usize = 32;
-/// The workgroup memory the tiled kernel's K and V tiles take: `2 · B_K · MAX_D` floats, sized
-/// for the widest head.
-pub const TILE_BYTES: u32 = (2 * B_K * MAX_D * 4) as u32;
+/// The workgroup memory the tiled kernel's K and V tiles take for heads of `d_k` and `d_v`:
+/// `B_K` rows of each, padded to whole `vec4`s, in `f32`. The shader sizes its tiles by the
+/// widths the host sets when it makes the pipeline (`override` constants), so a narrow head
+/// takes less: 16 KiB at `d = 64`, WebGPU's default, and 32 KiB at [`MAX_D`].
+///
+/// ```
+/// use gpu::{MAX_D, tile_bytes};
+///
+/// assert_eq!(tile_bytes(64, 64), 16384);
+/// assert_eq!(tile_bytes(MAX_D, MAX_D), 32768);
+/// assert_eq!(tile_bytes(61, 63), tile_bytes(64, 64)); // rows padded to whole vec4s
+/// ```
+pub const fn tile_bytes(d_k: usize, d_v: usize) -> u32 {
+    (B_K * (d_k.div_ceil(4) + d_v.div_ceil(4)) * 16) as u32
+}
 
 /// Which compute shader runs the attention.
 ///
@@ -120,8 +132,8 @@ impl std::fmt::Debug for Gpu {
 }
 
 impl Gpu {
-    /// The adapter's name and driver, e.g. `"llvmpipe (LLVM 15.0.6, 256 bits) (Vulkan, Mesa
-    /// 22.3.6)"`: what every measured time should be quoted with.
+    /// The adapter's name and driver, e.g. `"llvmpipe (LLVM 15.0.6, 256 bits) (Vulkan, llvmpipe
+    /// Mesa 22.3.6 (LLVM 15.0.6))"`: what every measured time should be quoted with.
     ///
     /// ```
     /// # fn main() -> gpu::Result<()> {
@@ -138,6 +150,24 @@ impl Gpu {
             .collect::<Vec<_>>()
             .join(" ");
         format!("{} ({:?}, {driver})", info.name, info.backend)
+    }
+
+    /// The version of Mesa when the driver is one of Mesa's (lavapipe is), e.g. `"22.3.6"`,
+    /// read from the driver's description: lavapipe's loop limit
+    /// ([`LAVAPIPE_LOOP_LIMIT`]) is Mesa's, so say which Mesa measured it.
+    ///
+    /// ```
+    /// # fn main() -> gpu::Result<()> {
+    /// let Some(gpu) = gpu::Gpu::optional()? else { return Ok(()) };
+    /// if gpu.is_lavapipe() {
+    ///     let version = gpu.mesa_version().expect("lavapipe is Mesa's");
+    ///     assert!(version.split('.').all(|n| n.parse::<u32>().is_ok()), "{version}");
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn mesa_version(&self) -> Option<&str> {
+        mesa_version(&self.adapter.driver_info)
     }
 
     /// Whether the device can time a kernel by itself (timestamp queries): then
@@ -168,6 +198,13 @@ impl Gpu {
     }
 }
 
+/// `"22.3.6"` from a driver description such as `"Mesa 22.3.6 (LLVM 15.0.6)"`.
+fn mesa_version(driver_info: &str) -> Option<&str> {
+    let (_, rest) = driver_info.split_once("Mesa ")?;
+    let end = rest.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(rest.len());
+    Some(&rest[..end]).filter(|v| !v.is_empty())
+}
+
 #[cfg(test)]
 mod tests {
     use super::Kernel;
@@ -184,6 +221,15 @@ mod tests {
             .map_err(|e| e.emit_to_string(source))
     }
 
+    #[test]
+    fn mesa_version_from_the_driver_info() {
+        assert_eq!(super::mesa_version("Mesa 22.3.6 (LLVM 15.0.6)"), Some("22.3.6"));
+        assert_eq!(super::mesa_version("llvmpipe Mesa 24.2.8-1ubuntu1"), Some("24.2.8"));
+        assert_eq!(super::mesa_version("Mesa 25.0"), Some("25.0"));
+        assert_eq!(super::mesa_version("570.86.15"), None); // NVIDIA's driver
+        assert_eq!(super::mesa_version("Mesa devel"), None);
+    }
+
     /// The Rust constants are the shaders' own.
     #[test]
     fn constants_match_the_shaders() {
@@ -192,10 +238,62 @@ mod tests {
             format!("const B_Q: u32 = {}u;", super::B_Q),
             format!("const B_K: u32 = {}u;", super::B_K),
             format!("const MAX_D4: u32 = {}u;", super::MAX_D / 4),
+            "var<workgroup> k_tile: array<vec4<f32>, B_K * D_K4>;".to_string(),
+            "var<workgroup> v_tile: array<vec4<f32>, B_K * D_V4>;".to_string(),
         ] {
             assert!(source.contains(&line), "the shaders lack `{line}`");
         }
         assert!(Kernel::Naive.source().contains("@workgroup_size(B_Q)"));
+    }
+
+    /// `tile_bytes` is what the shader declares: its workgroup arrays, sized by the head
+    /// widths the host sets, measured by naga once the pipeline constants are in.
+    #[test]
+    fn tile_bytes_is_the_shaders_workgroup_memory() {
+        let source = Kernel::Tiled.source();
+        let module = naga::front::wgsl::parse_str(&source).expect("the tiled kernel parses");
+        let flags = naga::valid::ValidationFlags::all();
+        let info = naga::valid::Validator::new(flags, naga::valid::Capabilities::all())
+            .validate(&module)
+            .expect("the tiled kernel validates");
+        for (d_k, d_v) in [(64usize, 64usize), (128, 128), (8, 5), (128, 1), (61, 63)] {
+            let mut constants = naga::back::PipelineConstants::default();
+            constants.insert("D_K4".into(), d_k.div_ceil(4) as f64);
+            constants.insert("D_V4".into(), d_v.div_ceil(4) as f64);
+            let entry = Some((naga::ShaderStage::Compute, "tiled"));
+            let (module, _) = naga::back::pipeline_constants::process_overrides(
+                &module, &info, entry, &constants,
+            )
+            .expect("the overrides resolve");
+            let bytes: u32 = module
+                .global_variables
+                .iter()
+                .filter(|(_, var)| var.space == naga::AddressSpace::WorkGroup)
+                .map(|(_, var)| module.types[var.ty].inner.size(module.to_ctx()))
+                .sum();
+            assert_eq!(bytes, super::tile_bytes(d_k, d_v), "d_k = {d_k}, d_v = {d_v}");
+        }
+        assert_eq!(super::tile_bytes(64, 64), 16384); // WebGPU's default fits d = 64 exactly
+    }
+
+    /// The chapter's claim: an array may take an override's size in workgroup memory only, so
+    /// each invocation's query row and accumulator keep the fixed `MAX_D4`.
+    #[test]
+    fn override_sized_arrays_only_in_workgroup_memory() {
+        let shader = |declaration: &str| {
+            format!(
+                "override D4: u32;\n{declaration}\n@compute @workgroup_size(1) fn main() {{ \
+                 {} }}",
+                if declaration.starts_with("var<workgroup>") { "t[0] = 1.0;" } else { "" }
+            )
+        };
+        assert_eq!(compile(&shader("var<workgroup> t: array<f32, 4 * D4>;")), Ok(()));
+        let inside = |size: &str| {
+            format!("fn f() -> f32 {{ var t: array<f32, {size}>; return t[0]; }}")
+        };
+        assert_eq!(compile(&shader(&inside("4 * 32"))), Ok(())); // a constant size: fine
+        let err = compile(&shader(&inside("4 * D4"))).unwrap_err();
+        assert!(err.contains("can't be stored in a local variable"), "{err}");
     }
 
     #[test]

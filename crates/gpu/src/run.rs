@@ -10,7 +10,7 @@ use attention::tiled::Masking;
 use ndarray::{Array, ArrayRef, Dimension, IxDyn};
 use wgpu::util::DeviceExt;
 
-use crate::{B_K, B_Q, Gpu, GpuError, Kernel, MAX_D, REQUIRED_VAR, Result, TILE_BYTES};
+use crate::{B_K, B_Q, Gpu, GpuError, Kernel, MAX_D, REQUIRED_VAR, Result, tile_bytes};
 
 /// How long one [`Gpu::attend_timed`] call took.
 ///
@@ -59,8 +59,30 @@ impl Gpu {
     ///     Err(other) => panic!("{other}"),
     /// }
     /// ```
-    // ANCHOR: new_device
     pub fn new() -> Result<Gpu> {
+        Gpu::open(wgpu::Adapter::limits)
+    }
+
+    /// [`Gpu::new`], but a device with exactly `limits`, e.g. `wgpu::Limits::default()`,
+    /// WebGPU's defaults, what a web page gets unless it asks for more; the adapter must offer
+    /// them. [`Gpu::attend`] then refuses what does not fit them, e.g. the tiled kernel's
+    /// tiles above 16 KiB, with an error.
+    ///
+    /// ```
+    /// # fn main() -> gpu::Result<()> {
+    /// # if gpu::Gpu::optional()?.is_none() { return Ok(()) }
+    /// let gpu = gpu::Gpu::with_limits(gpu::wgpu::Limits::default())?;
+    /// assert_eq!(gpu.limits().max_compute_workgroup_storage_size, 16384);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn with_limits(limits: wgpu::Limits) -> Result<Gpu> {
+        Gpu::open(|_| limits)
+    }
+
+    /// The device on the first adapter, with the limits `limits` picks for that adapter.
+    // ANCHOR: new_device
+    fn open(limits: impl FnOnce(&wgpu::Adapter) -> wgpu::Limits) -> Result<Gpu> {
         let instance = wgpu::Instance::new(wgpu::InstanceDescriptor {
             backends: wgpu::Backends::VULKAN,
             ..wgpu::InstanceDescriptor::new_without_display_handle()
@@ -79,7 +101,7 @@ impl Gpu {
             } else {
                 wgpu::Features::empty()
             },
-            required_limits: adapter.limits(),
+            required_limits: limits(&adapter), // the adapter's own, unless asked otherwise
             ..Default::default()
         };
         let info = adapter.get_info();
@@ -214,13 +236,14 @@ impl Gpu {
             }
         };
         // ANCHOR: checks
-        if kernel == Kernel::Tiled
-            && self.limits.max_compute_workgroup_storage_size < TILE_BYTES
-        {
+        let available = self.limits.max_compute_workgroup_storage_size;
+        if kernel == Kernel::Tiled && tile_bytes(d_k, d_v) > available {
             return Err(GpuError::WorkgroupMemory {
                 adapter: self.adapter.name.clone(),
-                needed: TILE_BYTES,
-                available: self.limits.max_compute_workgroup_storage_size,
+                d_k,
+                d_v,
+                needed: tile_bytes(d_k, d_v),
+                available,
             });
         }
         if self.is_lavapipe() {

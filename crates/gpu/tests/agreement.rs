@@ -1,6 +1,8 @@
 //! Both kernels against the crate's plain path ([`sdpa_batched`]) on the machine's Vulkan
 //! adapter: shapes that are not multiples of the tiles, `L_q ≠ L_k`, causal and boolean masks,
-//! rows that see no key, batches and heads, the widest head, and the errors.
+//! rows that see no key, batches and heads, the widest head, and the errors; then again on a
+//! device with WebGPU's default limits, where the tiled kernel's tiles, sized by the head
+//! width, fit 16 KiB at `d = 64` and are refused at `d = 128`.
 //!
 //! A test binary of its own (`harness = false`): one device for every case, and one line
 //! saying why it skipped on a machine with no Vulkan at all (`ATTENTION_GPU_REQUIRED=1`, set in
@@ -213,6 +215,113 @@ fn errors(gpu: &Gpu) -> Result<(), String> {
     Ok(())
 }
 
+/// On a device with WebGPU's default limits (16 KiB of workgroup memory): heads of 64 run on
+/// both kernels and agree with the plain path (the tiles take exactly 16384 bytes); wider heads
+/// run on the naive kernel and are refused, by name, on the tiled one.
+fn webgpu_defaults() -> Result<Vec<(&'static str, [f32; 2])>, String> {
+    let limits = gpu::wgpu::Limits::default();
+    let available = limits.max_compute_workgroup_storage_size;
+    if available != 16384 || gpu::tile_bytes(64, 64) != available {
+        return Err(format!(
+            "WebGPU's default is {available} bytes; d = 64 tiles take {}",
+            gpu::tile_bytes(64, 64)
+        ));
+    }
+    let gpu = Gpu::with_limits(limits).map_err(|e| e.to_string())?;
+    if gpu.limits().max_compute_workgroup_storage_size != available {
+        return Err(format!("asked for {available} bytes, got {:?}", gpu.limits()));
+    }
+    let cases = [
+        Case::new(
+            "defaults: batch 2 × 4 heads of 64, L = 300",
+            &[2, 4],
+            (300, 300),
+            (64, 64),
+            21,
+        ),
+        Case::new("defaults: causal, 100 × 70, d = 64", &[3], (100, 70), (64, 64), 22)
+            .causal(),
+        Case::new("defaults: boolean mask, d_k = 64, d_v = 60", &[2], (90, 77), (64, 60), 23)
+            .masked(random_mask(&[90, 77], 0.3, &[0, 89], 24)),
+    ];
+    let mut worst = Vec::new();
+    for case in cases {
+        worst.push((case.name, case.run(&gpu).map_err(|e| format!("{}: {e}", case.name))?));
+    }
+    let mut rng = StdRng::seed_from_u64(25);
+    let (q, k) = (random(&[2, 70, 128], 1.0, &mut rng), random(&[2, 50, 128], 1.0, &mut rng));
+    let v = random(&[2, 50, 128], 1.0, &mut rng);
+    let plain = sdpa_batched(&q, &k, &v, None).map_err(|e| e.to_string())?.output;
+    let naive =
+        gpu.attend(&q, &k, &v, Masking::All, Kernel::Naive).map_err(|e| e.to_string())?;
+    let diff = (&naive - &plain).iter().fold(0.0f32, |m, d| m.max(d.abs()));
+    if diff.is_nan() || diff > TOLERANCE {
+        return Err(format!("d = 128, naive kernel: |GPU − plain| = {diff:e}"));
+    }
+    for (d_k, d_v) in [(128, 128), (64, 68)] {
+        let (q, k) = (random(&[5, d_k], 1.0, &mut rng), random(&[6, d_k], 1.0, &mut rng));
+        let v = random(&[6, d_v], 1.0, &mut rng);
+        let needed = gpu::tile_bytes(d_k, d_v);
+        let want = format!(
+            "the tiled kernel's tiles take {needed} bytes of workgroup memory at d_k = {d_k}, \
+             d_v = {d_v}, but this device on "
+        );
+        match gpu.attend(&q, &k, &v, Masking::All, Kernel::Tiled) {
+            Err(e @ GpuError::WorkgroupMemory { available: 16384, .. })
+                if e.to_string().starts_with(&want)
+                    && e.to_string().ends_with(" allows 16384") => {}
+            other => return Err(format!("expected the error {want:?}…, got {other:?}")),
+        }
+    }
+    Ok(worst)
+}
+
+/// What the chapter says of wgpu 30: it does not check a pipeline's workgroup memory against
+/// the device's limit (WebGPU's rules say it must), so `Gpu::attend` checks it itself. A
+/// pipeline of 64 KiB is made without an error on a device granted 16 KiB; if a later wgpu
+/// refuses it, this fails and the chapter's sentence must change.
+fn wgpu_leaves_workgroup_memory_unchecked() -> Result<(), String> {
+    use gpu::wgpu;
+    let instance = wgpu::Instance::new(wgpu::InstanceDescriptor {
+        backends: wgpu::Backends::VULKAN,
+        ..wgpu::InstanceDescriptor::new_without_display_handle()
+    });
+    let adapter = pollster::block_on(instance.request_adapter(&Default::default()))
+        .map_err(|e| e.to_string())?;
+    let descriptor = wgpu::DeviceDescriptor {
+        required_limits: wgpu::Limits::default(),
+        ..Default::default()
+    };
+    let (device, _queue) =
+        pollster::block_on(adapter.request_device(&descriptor)).map_err(|e| e.to_string())?;
+    let scope = device.push_error_scope(wgpu::ErrorFilter::Validation);
+    let source = "var<workgroup> tile: array<vec4<f32>, 4096>; // 64 KiB
+        @group(0) @binding(0) var<storage, read_write> out: array<f32>;
+        @compute @workgroup_size(64)
+        fn main(@builtin(local_invocation_index) i: u32) {
+            tile[i] = vec4(f32(i));
+            workgroupBarrier();
+            out[i] = tile[4095u - i].x;
+        }";
+    let module = device.create_shader_module(wgpu::ShaderModuleDescriptor {
+        label: Some("64 KiB of workgroup memory"),
+        source: wgpu::ShaderSource::Wgsl(source.into()),
+    });
+    let _pipeline = device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+        label: Some("64 KiB of workgroup memory"),
+        layout: None,
+        module: &module,
+        entry_point: Some("main"),
+        compilation_options: Default::default(),
+        cache: None,
+    });
+    match pollster::block_on(scope.pop()) {
+        None if device.limits().max_compute_workgroup_storage_size == 16384 => Ok(()),
+        None => Err(format!("the device was granted {:?}", device.limits())),
+        Some(e) => Err(format!("wgpu now checks workgroup memory (update chapter 14): {e}")),
+    }
+}
+
 /// The software driver's loop limit, which `Gpu::attend` guards against on lavapipe: a loop of
 /// `n` iterations makes `n` of them on a GPU, at most 65535 on lavapipe.
 fn loop_limit(gpu: &Gpu) -> Result<(), String> {
@@ -258,8 +367,32 @@ fn main() -> std::process::ExitCode {
             }
         }
     }
+    match webgpu_defaults() {
+        Ok(rows) => {
+            for (name, [naive, tiled]) in rows {
+                println!("{name:<44} {naive:>10.2e} {tiled:>10.2e}");
+            }
+            println!("{:<44} ok", "defaults: d = 128 naive runs, tiled refused");
+        }
+        Err(e) => {
+            failed += 1;
+            println!("{:<44} FAILED: {e}", "WebGPU's default limits");
+        }
+    }
+    match wgpu_leaves_workgroup_memory_unchecked() {
+        Ok(()) => println!("{:<44} ok", "wgpu: 64 KiB pipeline on a 16 KiB device"),
+        Err(e) => {
+            failed += 1;
+            println!("{:<44} FAILED: {e}", "wgpu: 64 KiB pipeline on a 16 KiB device");
+        }
+    }
+    let limit = match (gpu.is_lavapipe(), gpu.mesa_version()) {
+        (true, Some(mesa)) => format!("loop limit 65535 (lavapipe, Mesa {mesa})"),
+        (true, None) => "loop limit 65535 (lavapipe)".to_string(),
+        (false, _) => "no loop limit (not lavapipe)".to_string(),
+    };
     match loop_limit(&gpu) {
-        Ok(()) => println!("{:<44} ok", "loop limit as expected for this adapter"),
+        Ok(()) => println!("{limit:<44} ok"),
         Err(e) => {
             failed += 1;
             println!("{:<44} FAILED: {e}", "loop limit");
