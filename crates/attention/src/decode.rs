@@ -2,10 +2,13 @@
 //!
 //! A language model writes one token at a time, and each new token may only look back. With
 //! a causal mask, the keys and values of the tokens already written never change when a
-//! new token arrives, so there is no need to compute them again: a [`KvCache`] keeps them,
-//! and each step ([`GroupedQueryAttention::step`]) projects only the new token, appends its
-//! key and value, and lets its one query attend over the cache. Decoding a whole sequence
-//! this way ([`GroupedQueryAttention::decode`]) gives the same outputs as one causal pass.
+//! new token arrives, so there is no need to compute them again: a [`KvCache`] keeps them.
+//! The prompt goes through one causal pass that fills the cache
+//! ([`GroupedQueryAttention::prefill`]); then each step ([`GroupedQueryAttention::step`])
+//! projects only the new token, appends its key and value, and lets its one query attend over
+//! the cache. Decoding a whole sequence this way ([`GroupedQueryAttention::decode`]) gives the
+//! same outputs as one causal pass. (This is the attention layer's part of generation only:
+//! choosing the next token from an output row is a model's job.)
 //!
 //! The query is never cached. Row `t` of a causal pass is the only place where query `t` is
 //! used: later tokens compare *their* queries with the keys of the past and average the
@@ -17,7 +20,9 @@
 //! position `p` goes into slot `p mod W`, over the oldest entry (a rolling buffer, as in
 //! Mistral's reference code). Slots then hold positions out of order, which attention does
 //! not mind: a query attends to a set of keys, and their position is in the keys (RoPE) or
-//! nowhere.
+//! nowhere. Anything computed from positions at score time (a window's mask, as in
+//! [`GroupedQueryAttention::prefill`], or a bias such as ALiBi's) must use the positions the
+//! slots hold ([`KvCache::positions`]), not the slot numbers.
 //!
 //! What the cache saves ([`token_cost`]): without it, every new token runs the whole prefix
 //! through the layer again, `n` projections and `n²` scores for the `n`-th token; with it,
@@ -25,13 +30,16 @@
 //! per token ([`kv_cache_bytes_per_token`]).
 //!
 //! Anchors (below the doc comments): `kv_cache`, `kv_new`, `kv_append`, `kv_check`,
-//! `kv_views`, `new_cache`, `decode_step`, `decode`, `token_cost`, `cache_bytes`.
+//! `kv_views`, `new_cache`, `decode_step`, `prefill`, `decode`, `token_cost`, `cache_bytes`.
 
-use ndarray::{Array2, Array3, ArrayRef1, ArrayRef2, ArrayView3, Axis, Ix1, Ix2, s};
+use ndarray::{
+    Array2, Array3, ArrayRef1, ArrayRef2, ArrayView3, Axis, Ix1, Ix2, concatenate, s,
+};
 
 use crate::error::{AttentionError, Result};
 use crate::float::Float;
 use crate::gqa::{GroupedQueryAttention, group_size, sdpa_gqa};
+use crate::mask::Mask;
 use crate::multihead::{MultiHeadOutput, head_width};
 use crate::sdpa::Attention;
 
@@ -149,18 +157,12 @@ impl<A: Float> KvCache<A> {
     pub fn append(&mut self, k: &ArrayRef2<A>, v: &ArrayRef2<A>) -> Result<()> {
         self.check("k", k.shape())?;
         self.check("v", v.shape())?;
-        let slots = self.keys.shape()[1];
-        if self.window.is_none() && self.len == slots {
-            return Err(AttentionError::CacheFull {
-                capacity: slots,
-                position: self.position,
-            });
-        }
+        self.check_room(1)?;
         // A full cache never wraps; a windowed one overwrites its oldest token.
-        let slot = self.position % slots;
+        let slot = self.position % self.slots();
         self.keys.slice_mut(s![.., slot, ..]).assign(k);
         self.values.slice_mut(s![.., slot, ..]).assign(v);
-        self.len = (self.len + 1).min(slots);
+        self.len = (self.len + 1).min(self.slots());
         self.position += 1;
         Ok(())
     }
@@ -174,6 +176,18 @@ impl<A: Float> KvCache<A> {
             let expected =
                 format!("a shape (kv_heads, d_head) = ({kv_heads}, {d_head}) was expected");
             return Err(AttentionError::shape(name, shape, &expected));
+        }
+        Ok(())
+    }
+
+    /// Checks that `tokens` more tokens fit: a full cache refuses them when it has fewer
+    /// free slots ([`AttentionError::CacheFull`], naming the first position with no room);
+    /// a windowed cache always takes them.
+    fn check_room(&self, tokens: usize) -> Result<()> {
+        let slots = self.slots();
+        if self.window.is_none() && self.len + tokens > slots {
+            let position = self.position + (slots - self.len); // the first one with no room
+            return Err(AttentionError::CacheFull { capacity: slots, position });
         }
         Ok(())
     }
@@ -284,9 +298,11 @@ impl<A: Float> KvCache<A> {
     ///
     /// assert_eq!(KvCache::<f64>::windowed(2, 8, 16).unwrap().slots(), 16);
     /// ```
+    // ANCHOR: kv_views
     pub fn slots(&self) -> usize {
         self.keys.shape()[1]
     }
+    // ANCHOR_END: kv_views
 
     /// The window `W`, or `None` for a full cache.
     ///
@@ -296,9 +312,11 @@ impl<A: Float> KvCache<A> {
     /// assert_eq!(KvCache::<f64>::windowed(2, 8, 16).unwrap().window(), Some(16));
     /// assert_eq!(KvCache::<f64>::new(2, 8, 16).unwrap().window(), None);
     /// ```
+    // ANCHOR: kv_views
     pub fn window(&self) -> Option<usize> {
         self.window
     }
+    // ANCHOR_END: kv_views
 
     /// The memory the cache holds, filled or not: `2 · G · slots · d_head` elements.
     ///
@@ -367,6 +385,72 @@ impl<A: Float> GroupedQueryAttention<A> {
         Ok(MultiHeadOutput { output, weights: weights.index_axis_move(Axis(1), 0) })
     }
     // ANCHOR_END: decode_step
+
+    /// Prefill: the prompt `x: (P, d_model)`, the tokens at positions `cache.position()` …
+    /// `cache.position() + P − 1`, in one pass. All `P` queries, keys and values are
+    /// projected at once; each query attends over the keys the cache already held and the
+    /// prompt's own keys up to its position (within the window, for a windowed cache); then
+    /// the prompt's keys and values go into the cache, ready for [`step`](Self::step). Returns
+    /// the outputs `(P, d_model)` and the weights `(H, P, n + P)`, `n` the tokens cached
+    /// before, the columns in the order of [`KvCache::positions`] followed by the prompt.
+    ///
+    /// On an empty cache this is one causal pass ([`forward`] with [`Mask::causal`], or
+    /// [`Mask::sliding_window`] for a windowed cache), and the steps after it give the rows
+    /// that pass would give the later tokens. A full cache without room for all `P` tokens
+    /// refuses the prompt and stays as it was.
+    ///
+    /// [`forward`]: GroupedQueryAttention::forward
+    /// [`Mask::causal`]: crate::mask::Mask::causal
+    /// [`Mask::sliding_window`]: crate::mask::Mask::sliding_window
+    ///
+    /// ```
+    /// use attention::{gqa::GroupedQueryAttention, mask::Mask};
+    /// use ndarray::Array2;
+    /// use rand::{rngs::StdRng, SeedableRng};
+    ///
+    /// let rng = &mut StdRng::seed_from_u64(0);
+    /// let gqa = GroupedQueryAttention::<f64>::random(8, 4, 2, rng).unwrap();
+    /// let x = Array2::from_shape_fn((5, 8), |(i, j)| ((3 * i + j) % 7) as f64 / 7.0);
+    /// let one_pass = gqa.forward(&x, Some(&Mask::causal(5))).unwrap();
+    ///
+    /// let mut cache = gqa.new_cache(5, None).unwrap();
+    /// let prompt = gqa.prefill(&x.slice(ndarray::s![..3, ..]), &mut cache).unwrap();
+    /// assert_eq!((prompt.output.dim(), cache.len()), ((3, 8), 3));
+    /// let next = gqa.step(&x.row(3), &mut cache).unwrap(); // token 3, one step
+    /// assert!((&next.output - &one_pass.output.row(3)).iter().all(|d| d.abs() < 1e-12));
+    /// ```
+    // ANCHOR: prefill
+    pub fn prefill(
+        &self,
+        x: &ArrayRef2<A>,
+        cache: &mut KvCache<A>,
+    ) -> Result<MultiHeadOutput<A, Ix2>> {
+        let (p, start) = (x.nrows(), cache.position()); // the prompt's first position
+        if p == 0 {
+            return Err(AttentionError::Empty { what: "x".into(), dim: "L" });
+        }
+        cache.check_room(p)?;
+        let (q, k, v) = self.project(x, start)?; // rotated at start, …, start + p − 1
+        cache.check("k", &[k.shape()[0], k.shape()[2]])?;
+        // The keys the prompt sees: the cached ones, then its own, with their positions.
+        let keys = concatenate(Axis(1), &[cache.keys(), k.view()]).expect("shapes checked");
+        let values =
+            concatenate(Axis(1), &[cache.values(), v.view()]).expect("shapes checked");
+        let positions: Vec<usize> =
+            cache.positions().into_iter().chain(start..start + p).collect();
+        let window = cache.window();
+        // Query start + i may see the key at position j if j ≤ start + i, within the window.
+        let mask = Mask::from_array(Array2::from_shape_fn((p, positions.len()), |(i, j)| {
+            let (query, key) = (start + i, positions[j]);
+            key <= query && window.is_none_or(|w| query - key < w)
+        }))?;
+        let Attention { output, weights } = sdpa_gqa(&q, &keys, &values, Some(&mask))?;
+        for t in 0..p {
+            cache.append(&k.index_axis(Axis(1), t), &v.index_axis(Axis(1), t))?;
+        }
+        Ok(MultiHeadOutput { output: self.combine(&output)?, weights })
+    }
+    // ANCHOR_END: prefill
 
     /// Decodes `x: (L, d_model)` token by token through a fresh cache (room for `L`
     /// tokens, or the last `W` when `window` is `Some(W)`), and returns what [`forward`]
@@ -636,6 +720,137 @@ mod tests {
             let weights = one_pass.weights.slice(s![.., t, ..=t]).to_owned();
             assert!(max_diff(&step.weights, &weights) < 1e-12, "token {t}");
         }
+    }
+
+    /// Prefill the first `p` tokens in one pass, then decode the rest one step at a time:
+    /// every output row and every weight must be the causal (or sliding-window) pass's.
+    fn check_prefill_then_decode<A: Float>(
+        layers: &[GroupedQueryAttention<A>],
+        tolerance: f64,
+    ) {
+        let l = 11;
+        let x: Array2<A> = random_matrix(l, 16, 1.0, &mut StdRng::seed_from_u64(5));
+        for gqa in layers {
+            for window in [None, Some(1), Some(3), Some(l)] {
+                let mask = match window {
+                    None => Mask::causal(l),
+                    Some(w) => Mask::sliding_window(l, w).unwrap(),
+                };
+                let one_pass = gqa.forward(&x, Some(&mask)).unwrap();
+                for p in [1, 2, 4, l] {
+                    let case =
+                        format!("G = {}, window {window:?}, prompt of {p}", gqa.kv_heads());
+                    let mut cache = gqa.new_cache(l, window).unwrap();
+                    let prompt = gqa.prefill(&x.slice(s![..p, ..]), &mut cache).unwrap();
+                    assert_eq!(
+                        (cache.position(), cache.len()),
+                        (p, p.min(window.unwrap_or(l)))
+                    );
+                    let rows = one_pass.output.slice(s![..p, ..]).to_owned();
+                    assert!(max_diff(&prompt.output, &rows) < tolerance, "{case}");
+                    let weights = one_pass.weights.slice(s![.., ..p, ..p]).to_owned();
+                    assert!(max_diff(&prompt.weights, &weights) < tolerance, "{case}");
+                    for t in p..l {
+                        let step = gqa.step(&x.row(t), &mut cache).unwrap();
+                        let row = one_pass.output.row(t).to_owned();
+                        assert!(max_diff(&step.output, &row) < tolerance, "{case}: token {t}");
+                        for (slot, q) in cache.positions().into_iter().enumerate() {
+                            let (got, want) = (
+                                step.weights.column(slot),
+                                one_pass.weights.slice(s![.., t, q]),
+                            );
+                            assert!(
+                                max_diff(&got.to_owned(), &want.to_owned()) < tolerance,
+                                "{case}: token {t}, key {q}"
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn prefill_then_decode_gives_every_row_of_the_causal_pass_f64() {
+        check_prefill_then_decode::<f64>(&layers(), 1e-12);
+        check_prefill_then_decode::<f64>(&rope_layers(), 1e-12);
+    }
+
+    #[test]
+    fn prefill_then_decode_gives_every_row_of_the_causal_pass_f32() {
+        check_prefill_then_decode::<f32>(&rope_layers(), 1e-5);
+    }
+
+    #[test]
+    fn a_prompt_in_chunks_sees_the_cached_keys_at_their_true_positions() {
+        // Chunks after the first meet a cache that already holds keys, and a windowed cache
+        // that has wrapped holds them out of order: the mask must come from the positions.
+        let l = 11;
+        let x: Array2<f64> = random_matrix(l, 16, 1.0, &mut StdRng::seed_from_u64(6));
+        for gqa in rope_layers::<f64>() {
+            for window in [None, Some(2), Some(3), Some(5)] {
+                let mask = match window {
+                    None => Mask::causal(l),
+                    Some(w) => Mask::sliding_window(l, w).unwrap(),
+                };
+                let one_pass = gqa.forward(&x, Some(&mask)).unwrap();
+                let mut cache = gqa.new_cache(l, window).unwrap();
+                let mut start = 0;
+                for chunk in [3, 4, 1, 3] {
+                    let case =
+                        format!("G = {}, window {window:?}, chunk at {start}", gqa.kv_heads());
+                    let before: Vec<usize> = cache.positions();
+                    let out = gqa
+                        .prefill(&x.slice(s![start..start + chunk, ..]), &mut cache)
+                        .unwrap();
+                    let rows = one_pass.output.slice(s![start..start + chunk, ..]).to_owned();
+                    assert!(max_diff(&out.output, &rows) < 1e-12, "{case}");
+                    let keys: Vec<usize> =
+                        before.into_iter().chain(start..start + chunk).collect();
+                    assert_eq!(out.weights.dim(), (4, chunk, keys.len()), "{case}");
+                    for (i, j) in (0..chunk).flat_map(|i| (0..keys.len()).map(move |j| (i, j)))
+                    {
+                        let got = out.weights.slice(s![.., i, j]).to_owned();
+                        let want =
+                            one_pass.weights.slice(s![.., start + i, keys[j]]).to_owned();
+                        assert!(
+                            max_diff(&got, &want) < 1e-12,
+                            "{case}: query {}, key {}",
+                            start + i,
+                            keys[j]
+                        );
+                    }
+                    start += chunk;
+                }
+                assert_eq!(cache.position(), l);
+            }
+        }
+    }
+
+    #[test]
+    fn prefill_refuses_what_does_not_fit_and_leaves_the_cache_as_it_was() {
+        let [mha, gqa, _] = &layers::<f64>()[..] else { unreachable!() };
+        let x: Array2<f64> = random_matrix(5, 16, 1.0, &mut StdRng::seed_from_u64(7));
+        let mut cache = gqa.new_cache(4, None).unwrap();
+        gqa.prefill(&x.slice(s![..2, ..]), &mut cache).unwrap();
+        let before = cache.clone();
+        // 2 cached + 3 more > 4 slots: position 4 is the first with no room
+        let err = gqa.prefill(&x.slice(s![2.., ..]), &mut cache).unwrap_err();
+        assert_eq!(err, AttentionError::CacheFull { capacity: 4, position: 4 });
+        assert_eq!(cache, before);
+        assert_eq!(
+            gqa.prefill(&Array2::zeros((0, 16)), &mut cache).unwrap_err().to_string(),
+            "x has L = 0: it must be at least 1"
+        );
+        assert_eq!(
+            mha.prefill(&x.slice(s![..1, ..]), &mut cache).unwrap_err().to_string(),
+            "k has shape [4, 4] but a shape (kv_heads, d_head) = (2, 4) was expected"
+        );
+        assert_eq!(cache, before);
+        // a windowed cache takes a prompt longer than its window and keeps the last W
+        let mut window = gqa.new_cache(1, Some(2)).unwrap();
+        gqa.prefill(&x, &mut window).unwrap();
+        assert_eq!((window.positions(), window.position()), (vec![4, 3], 5));
     }
 
     #[test]

@@ -21,7 +21,7 @@
 //! | Where is each word? Position | [`rope`] | [`Rope`](rope::Rope), [`RopeLayout`](rope::RopeLayout), [`layout_permutation`](rope::layout_permutation): rotary position embeddings, both layouts |
 //! | Where is each word? Position | [`alibi`] | [`alibi_slopes`](alibi::alibi_slopes), [`alibi_bias`](alibi::alibi_bias): linear biases on the scores |
 //! | Generating one token at a time | [`gqa`] | [`sdpa_gqa`](gqa::sdpa_gqa), [`GroupedQueryAttention`](gqa::GroupedQueryAttention): `H` query heads sharing `G` key/value heads (MHA, GQA, MQA) |
-//! | Generating one token at a time | [`decode`] | [`KvCache`](decode::KvCache) (full or sliding-window), one decoding step, [`kv_cache_bytes_per_token`](decode::kv_cache_bytes_per_token) |
+//! | Generating one token at a time | [`decode`] | [`KvCache`](decode::KvCache) (full or sliding-window), the prompt's prefill and one decoding step ([`GroupedQueryAttention::prefill`](gqa::GroupedQueryAttention::prefill), [`step`](gqa::GroupedQueryAttention::step)), [`kv_cache_bytes_per_token`](decode::kv_cache_bytes_per_token) |
 //! | Gradients | [`grad`] | [`softmax_backward`](grad::softmax_backward), [`sdpa_backward`](grad::sdpa_backward), [`MultiHeadAttention::backward`](multihead::MultiHeadAttention::backward): the backward pass, by hand |
 //! | Gradients, Watching attention learn | [`exact`] | [`matmul`](exact::matmul) in a fixed order, [`exp`](exact::exp) and [`ln`](exact::ln) from `libm`, [`sdpa`](exact::sdpa): the same bits on every machine |
 //! | Gradients | [`tiled_grad`] | [`tiled_sdpa_with_lse`](tiled_grad::tiled_sdpa_with_lse), [`tiled_sdpa_backward`](tiled_grad::tiled_sdpa_backward): the FlashAttention-2 backward, weights recomputed tile by tile, no `L_q × L_k` matrix |

@@ -442,6 +442,18 @@ mod tests {
             check_slot_positions(shifted),
             "slot_positions(2, 2) returned [1, 0], expected [0, 1]",
         );
+        // Whole windows counted from the number of tokens, not from the last position:
+        // one window too far as soon as a slot's turn comes round (p < tokens_seen is lost).
+        let rounded = |t: usize, w: usize| {
+            if w == 0 {
+                return Err(AttentionError::ZeroWindow);
+            }
+            Ok((0..t.min(w)).map(|s| s + w * (t / w)).collect())
+        };
+        rejects(
+            check_slot_positions(rounded),
+            "slot_positions(1, 1) returned [1], expected [0]",
+        );
         // No special case for W = 0: an empty cache instead of an error.
         let unchecked = |t: usize, w: usize| {
             Ok((0..t.min(w)).map(|s| s + w * ((t - 1 - s) / w)).collect())

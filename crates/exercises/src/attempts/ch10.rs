@@ -10,7 +10,7 @@ pub fn pool_kv_heads(
     heads: usize,
     kv_heads: usize,
 ) -> Result<Array2<f64>> {
-    todo!("key/value head j: the mean of query heads j·H/G … (j+1)·H/G − 1; errors, no panics")
+    todo!("(d_model, G·d_head), d_head columns per key/value head; a bad H or G: an error")
 }
 // ANCHOR_END: pool_kv_heads
 
@@ -29,7 +29,7 @@ pub fn cache_bytes(
 
 // ANCHOR: slot_positions
 pub fn slot_positions(tokens_seen: usize, window: usize) -> Result<Vec<usize>> {
-    todo!("slot s holds the last position p < tokens_seen with p mod W = s")
+    todo!("one position per filled slot, in slot order; W = 0 is an error")
 }
 // ANCHOR_END: slot_positions
 
