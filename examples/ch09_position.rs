@@ -9,7 +9,8 @@
 //!
 //! Prints the numbers the chapter quotes (the same text goes to `ch09_output.txt`) and draws
 //! `ch09_shuffled.png`, `ch09_sinusoidal.png`, `ch09_dot_distance.png`,
-//! `ch09_rope_distance.png` and `ch09_alibi.png`.
+//! `ch09_rope_distance.png`, `ch09_alibi.png` and the diagram `ch09_rope_rotation.svg` (one
+//! pair of coordinates of a query and a key, rotated by their positions).
 
 mod common;
 
@@ -28,6 +29,8 @@ use attention::rope::{Rope, RopeLayout, layout_permutation};
 use attention::sdpa::Attention;
 use attention::self_attention::SelfAttention;
 use attention::softmax::softmax;
+use common::colors;
+use figures::diagram::{Anchor, Color, Diagram, Style, TextStyle, polar};
 use figures::{ColorScheme, HeatmapGrid, LineChart, Panel, ValueRange};
 use ndarray::{Array2, ArrayRef, Dimension, Ix2, s};
 use rand::{SeedableRng, rngs::StdRng};
@@ -327,6 +330,74 @@ fn alibi_report(out: &mut String) -> Result<(), Box<dyn Error>> {
     Ok(())
 }
 
+/// The diagram of RoPE in the plane of one pair of coordinates: a query rotated by `mθ`, a key
+/// by `nθ`, the angle between them `(m − n)θ + φ`; then both moved by the same number of
+/// positions, the angle unchanged. Angles in degrees: `θ` is drawn as 30°, `q` starts at 20°
+/// and `k` at −40° (so `φ = 60°`).
+fn rope_rotation() -> Diagram {
+    const THETA: f64 = 30.0;
+    const Q_ANGLE: f64 = 20.0;
+    const K_ANGLE: f64 = -40.0;
+    let phi = Q_ANGLE - K_ANGLE;
+    let label = TextStyle::new(15.0);
+    let note = TextStyle::new(14.0).color(Color::MUTED);
+    let positions = [(3u32, 1u32), (5, 3)];
+    let between = |(m, n): (u32, u32)| (m - n) as f64 * THETA + phi;
+    let mut d = Diagram::new(760, 470, "RoPE rotates a query by mθ and a key by nθ: the angle between them depends on m − n only");
+    d.describe(format!(
+        "Two panels, each the plane of one pair of coordinates of a query and a key. Before \
+         rotation (dashed), q points at {Q_ANGLE}° and k at {K_ANGLE}°, φ = {phi}° apart. Left: \
+         the query at position m = 3 turns by mθ = 90° and the key at position n = 1 by \
+         nθ = 30°, with θ drawn as {THETA}°; the rotated vectors are (m − n)θ + φ = {}° apart. \
+         Right: both moved 2 positions, m = 5 and n = 3: the query turns by 150°, the key by \
+         90°, and they are still {}° apart. Their dot product is |q| |k| cos((m − n)θ + φ), \
+         the same in both panels.",
+        between(positions[0]),
+        between(positions[1])
+    ));
+    d.text(20.0, 28.0, "One pair of coordinates: the query turns by mθ, the key by nθ", &TextStyle::new(16.0).bold());
+    for (panel, (m, n)) in positions.into_iter().enumerate() {
+        d.group((panel as f64 * 380.0, 0.0), |d| {
+            let center = (190.0, 265.0);
+            let r = 150.0;
+            let (q_len, k_len) = (0.95 * r, 0.75 * r);
+            let title = if panel == 0 { format!("m = {m}, n = {n}") } else { format!("both moved {}: m = {m}, n = {n}", m - positions[0].0) };
+            d.text(center.0, 66.0, &title, &label.bold().centered());
+            let angles = format!("mθ = {}°, nθ = {}°, (m − n)θ + φ = {}°", m as f64 * THETA, n as f64 * THETA, between((m, n)));
+            d.text(center.0, 88.0, &angles, &label.centered());
+            // The plane's axes.
+            let axis = Style::stroke(Color::GREY, 1.0);
+            d.arrow((center.0 - r - 25.0, center.1), (center.0 + r + 25.0, center.1), &axis);
+            d.arrow((center.0, center.1 + r * 0.75), (center.0, center.1 - r - 8.0), &axis);
+            let (mq, nk) = (Q_ANGLE + m as f64 * THETA, K_ANGLE + n as f64 * THETA);
+            // The angle between the rotated vectors, under them.
+            d.arc(center, 0.64 * r, nk, mq, &Style::stroke(Color::INK, 1.5));
+            let at = polar(center, 0.64 * r + 12.0, (nk + mq) / 2.0);
+            let side = if (nk + mq) / 2.0 > 90.0 { Anchor::End } else { Anchor::Start };
+            d.text(at.0, at.1, "(m − n)θ + φ", &TextStyle::new(14.0).anchor(side).middle());
+            // Before the rotation (dashed), the rotation (an arc), after (solid).
+            for (color, from, to, len, name, turned, arc_r, turn, turn_r) in [
+                (colors::Q, Q_ANGLE, mq, q_len, "q", "R(mθ) q", 0.42 * r, "mθ", -14.0),
+                (colors::K, K_ANGLE, nk, k_len, "k", "R(nθ) k", 0.3 * r, "nθ", 16.0),
+            ] {
+                d.line(center, polar(center, len, from), &Style::stroke(color, 1.5).dashed());
+                let name_at = polar(center, len + 14.0, from);
+                d.text(name_at.0, name_at.1, name, &label.color(color).centered().middle());
+                d.arc_arrow(center, arc_r, from, to, &Style::stroke(color, 1.5));
+                let turn_at = polar(center, arc_r + turn_r, (from + to) / 2.0);
+                d.text(turn_at.0, turn_at.1, turn, &TextStyle::new(14.0).bold().color(color).centered().middle());
+                d.arrow(center, polar(center, len, to), &Style::stroke(color, 3.0));
+                let tip = polar(center, len + 14.0, to);
+                let side = if to > 100.0 { Anchor::End } else if to > 80.0 { Anchor::Middle } else { Anchor::Start };
+                d.text(tip.0, tip.1, turned, &label.bold().color(color).anchor(side).middle());
+            }
+        });
+    }
+    d.text(380.0, 422.0, "R(mθ) q · R(nθ) k = |q| |k| cos((m − n)θ + φ): it depends on m − n, not on m and n", &label.bold().centered());
+    d.text(380.0, 448.0, "dashed: q and k before rotation, φ apart (position 0 is not turned); θ = θ_{i}, drawn as 30°", &note.centered());
+    d
+}
+
 /// Draws this chapter's figures and writes its report into `out_dir`; returns the files written.
 pub fn render_figures(out_dir: &Path) -> Result<Vec<PathBuf>, Box<dyn Error>> {
     let s = Sentences::new()?;
@@ -394,26 +465,31 @@ pub fn render_figures(out_dir: &Path) -> Result<Vec<PathBuf>, Box<dyn Error>> {
     let (heads, l) = (4, 8);
     let slopes = alibi_slopes(heads)?;
     let bias: ndarray::Array3<f64> = alibi_bias(&slopes, l, l);
+    // The penalty m·(i − j) ≥ 0 under the mask, on a sequential scale from 0 (`0.0 − b`, not
+    // `−b`, so that no cell reads −0.00).
+    let penalty = bias.mapv(|b| 0.0 - b);
     let causal = Array2::from_shape_fn((l, l), |(i, j)| j <= i);
     let mut grid = HeatmapGrid::new()
-        .title(format!("ALiBi: the bias each of {heads} heads adds to the scores"));
+        .title(format!("ALiBi: the penalty each of {heads} heads subtracts from its scores"));
     for (h, m) in slopes.iter().enumerate() {
         let title = format!("head {h}: m = 1/{}", (1.0 / m).round());
-        let panel = Panel::new(&bias.index_axis(ndarray::Axis(0), h)).title(title).allowed(&causal);
+        let panel =
+            Panel::new(&penalty.index_axis(ndarray::Axis(0), h)).title(title).allowed(&causal);
         grid = grid.panel(panel);
     }
     let alibi_png = out_dir.join("ch09_alibi.png");
-    grid.scheme(ColorScheme::Diverging)
-        .range(ValueRange::Fixed(-1.75, 1.75))
+    grid.scheme(ColorScheme::Sequential)
+        .range(ValueRange::Fixed(0.0, 1.75))
         .row_title("query i")
         .col_title("key j")
-        .colorbar_label("bias −m·(i − j)")
+        .colorbar_label("penalty m·(i − j)")
         .precision(2)
         .save(&alibi_png)?;
 
     let text = out_dir.join("ch09_output.txt");
     std::fs::write(&text, report()?)?;
-    Ok(vec![shuffled, table, dots, rope_png, alibi_png, text])
+    let rotation = rope_rotation().save(out_dir.join("ch09_rope_rotation.svg"))?;
+    Ok(vec![shuffled, table, dots, rope_png, alibi_png, rotation, text])
 }
 
 /// What `--help` says this example does.
@@ -421,8 +497,8 @@ const ABOUT: &str = "\
     Chapter 9, Where is each word? Position: attention cannot tell word order; sinusoidal \
     encodings, a learned table, RoPE and ALiBi.\n\n\
     Prints the numbers the chapter quotes (the same text goes to ch09_output.txt) and draws \
-    ch09_shuffled.png, ch09_sinusoidal.png, ch09_dot_distance.png, ch09_rope_distance.png and \
-    ch09_alibi.png into book/img/ (or --out-dir).";
+    ch09_shuffled.png, ch09_sinusoidal.png, ch09_dot_distance.png, ch09_rope_distance.png, \
+    ch09_alibi.png and the diagram ch09_rope_rotation.svg into book/img/ (or --out-dir).";
 
 fn main() -> Result<(), Box<dyn Error>> {
     common::run_chapter(env!("CARGO_CRATE_NAME"), ABOUT, render_figures)

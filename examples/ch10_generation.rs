@@ -8,7 +8,8 @@
 //!
 //! The first form prints the numbers the chapter quotes (the same text goes to
 //! `ch10_output.txt`) and draws `ch10_generate.png`, `ch10_window.png`,
-//! `ch10_window_cache.png`, `ch10_cost.png` and `ch10_time_per_token.png`.
+//! `ch10_window_cache.png`, `ch10_cost.png`, `ch10_time_per_token.png` and the diagram
+//! `ch10_cache_growth.svg` (the cache growing by one key and one value per step).
 //!
 //! The last figure is drawn from a committed measurement, `examples/data/ch10_timings.csv`,
 //! not from this run: timings are not reproducible byte for byte, the figures must be.
@@ -32,6 +33,8 @@ use attention::gqa::GroupedQueryAttention;
 use attention::mask::Mask;
 use attention::multihead::{MultiHeadAttention, MultiHeadOutput};
 use attention::rope::{Rope, RopeLayout};
+use common::colors;
+use figures::diagram::{Color, Diagram, Grid, Style, TextStyle};
 use figures::{Axis, Heatmap, HeatmapGrid, LineChart, Panel, ValueRange};
 use ndarray::{Array2, Axis as Ax, s};
 use rand::{Rng, SeedableRng, rngs::StdRng};
@@ -41,6 +44,8 @@ const SENTENCE: &str = "the cat sat on the mat";
 /// The longer sentence of the sliding-window figures, and the window.
 const WINDOW_SENTENCE: &str = "the cat sat on the mat and slept";
 const WINDOW: usize = 3;
+/// The prompt of the prefill: the first tokens of `SENTENCE`, in one causal pass.
+const PROMPT: usize = 3;
 /// The small layer of the figures: d_model = 16, H = 4 query heads, G = 2 key/value heads,
 /// d_head = 4, RoPE (rotate-half, base 10 000).
 const D_MODEL: usize = 16;
@@ -201,6 +206,23 @@ fn generation_report(out: &mut String) -> Result<(), Box<dyn Error>> {
     let same = max_diff(&decoded.output, &one_pass.output) < 1e-12
         && max_diff(&decoded.weights, &one_pass.weights) < 1e-12;
     writeln!(out, "token by token == one causal pass (outputs and weights within 1e-12): {same}")?;
+    // Prefill, then decode: the prompt in one causal pass that fills the cache, then one step
+    // per token; every output row is the causal pass's.
+    let mut filled = layer.new_cache(l, None)?;
+    let prompt = layer.prefill(&x.slice(s![..PROMPT, ..]), &mut filled)?;
+    let rows = one_pass.output.slice(s![..PROMPT, ..]).to_owned();
+    let mut same = max_diff(&prompt.output, &rows) < 1e-12;
+    for t in PROMPT..l {
+        let step = layer.step(&x.row(t), &mut filled)?;
+        same &= max_diff(&step.output, &one_pass.output.row(t).to_owned()) < 1e-12;
+    }
+    writeln!(
+        out,
+        "prefill \"{}\" in one causal pass, then one step each for \"{}\":\n  \
+         every output row == the causal pass's (within 1e-12): {same}",
+        tokens[..PROMPT].join(" "),
+        tokens[PROMPT..].join(" ")
+    )?;
     let (keys, values) = (cache.keys(), cache.values());
     writeln!(
         out,
@@ -427,6 +449,99 @@ fn generated_so_far(l: usize, t: usize) -> Array2<bool> {
     Array2::from_shape_fn((l, l), |(i, j)| i <= t && j <= i)
 }
 
+/// The diagram of decoding through a KV cache for steps `0..steps`, with queries and keys of
+/// width `d_k` and values of width `d_v`: at step `t` the new token's query `q_t` meets `Kᵀ`,
+/// the `t` cached keys and its own as columns, giving one new row of `t + 1` scores; their
+/// softmax weighs the `t + 1` rows of `V`. What is computed at the step is coloured, what is
+/// read from the cache is grey, and the key and value added to the cache are outlined.
+fn cache_growth(steps: usize, d_k: usize, d_v: usize) -> Diagram {
+    const CELL: f64 = 22.0;
+    const BAND: f64 = 146.0;
+    let cached = Color::GREY.tint(0.7);
+    let label = TextStyle::new(15.0);
+    let small = TextStyle::new(13.0).color(Color::MUTED);
+    let new_edge = Color::INK;
+    let mut d = Diagram::new(760, 84 + steps as u32 * BAND as u32 + 62, "Decoding with a KV cache: one new key, value and row of scores per step");
+    d.describe(format!(
+        "{steps} decoding steps, t = 0 to {}, one per band. At step t the new token gives a \
+         query q_t, a key k_t and a value v_t, computed now. The transposed key cache K^T has \
+         t + 1 columns: the t keys read from the cache, grey, and k_t, outlined, added now. q_t \
+         times K^T is one new row of t + 1 scores, divided by the square root of d_k; softmax \
+         turns it into weights, which multiply the value cache V, t + 1 rows: t cached and v_t \
+         added now. The result is the output o_t. Queries are used once and never cached; the \
+         caches grow by one column of K^T and one row of V per step.",
+        steps - 1
+    ));
+    d.text(20.0, 28.0, "The KV cache: per step, one new key, one new value and one new row of scores", &TextStyle::new(16.0).bold());
+    // The legend.
+    let legend_y = 48.0;
+    d.rect(20.0, legend_y, 16.0, 16.0, &Style::fill(colors::Q.tint(colors::FILL)).and_stroke(Color::GREY, 1.0));
+    d.text(42.0, legend_y + 8.0, "computed at this step", &label.middle());
+    d.rect(225.0, legend_y, 16.0, 16.0, &Style::fill(cached).and_stroke(Color::GREY, 1.0));
+    d.text(247.0, legend_y + 8.0, "read from the cache", &label.middle());
+    d.rect(420.0, legend_y, 16.0, 16.0, &Style::fill(Color::WHITE).and_stroke(new_edge, 3.0));
+    d.text(442.0, legend_y + 8.0, "added to the cache at this step", &label.middle());
+
+    for t in 0..steps {
+        let y0 = 84.0 + t as f64 * BAND;
+        if t > 0 {
+            d.line((20.0, y0 - 6.0), (740.0, y0 - 6.0), &Style::stroke(Color::GREY.tint(0.5), 1.0));
+        }
+        let n = t + 1;
+        let row_y = y0 + 28.0 + d_k as f64 * CELL + 6.0; // the row of q_t, the scores, the weights
+        d.text(20.0, row_y - 34.0, &format!("step {t}"), &label.bold());
+        d.text(20.0, row_y - 14.0, &format!("{t} cached, 1 new"), &small);
+        // q_t: computed now, used once.
+        let q = Grid::new((118.0, row_y), (1, d_k), (CELL, CELL)).fill(colors::Q.tint(colors::FILL)).border(colors::Q, 1.5);
+        d.grid(&q);
+        d.text(q.center().0, row_y - 7.0, &format!("q_{{{t}}}"), &label.centered());
+        d.text(q.right() + 14.0, row_y + CELL / 2.0, "·", &label.bold().centered().middle());
+        // Kᵀ: one column per key, the last one new.
+        let kt = Grid::new((q.right() + 28.0, y0 + 28.0), (d_k, n), (CELL, CELL))
+            .fill_with(|_, c| Some(if c == t { colors::K.tint(colors::FILL) } else { cached }));
+        d.grid(&kt);
+        d.rect(kt.left() + t as f64 * CELL, kt.top(), CELL, kt.height(), &Style::stroke(new_edge, 3.0));
+        for c in 0..n {
+            let style = if c == t { TextStyle::new(13.0).bold() } else { small };
+            d.text(kt.cell(0, c).0, kt.top() - 6.0, &format!("k_{{{c}}}"), &style.centered());
+        }
+        d.text(kt.right() + 8.0, kt.top() + 12.0, "K^{T}", &label.middle());
+        d.text(kt.right() + 8.0, kt.top() + 31.0, &format!("({d_k}, {n})"), &small.middle());
+        // One new row of scores, under Kᵀ's columns.
+        let scores = Grid::new((kt.left(), row_y), (1, n), (CELL, CELL)).fill(colors::Q.tint(colors::FILL)).border(colors::Q, 1.5);
+        d.grid(&scores);
+        let after = kt.left() + 4.0 * CELL + 12.0; // room for the widest row, at step 3
+        d.arrow((scores.right() + 6.0, row_y + CELL / 2.0), (after + 62.0, row_y + CELL / 2.0), &Style::stroke(Color::MUTED, 1.5));
+        d.text(after + 30.0, row_y - 6.0, "softmax", &small.centered());
+        d.text(scores.center().0, row_y + CELL + 15.0, &format!("1 × {n} scores / √d_{{k}}"), &small.centered());
+        // The weights times V: t + 1 rows, the last one new.
+        let weights = Grid::new((after + 72.0, row_y), (1, n), (CELL, CELL)).fill(colors::Q.tint(colors::FILL)).border(colors::Q, 1.5);
+        d.grid(&weights);
+        d.text(weights.center().0, row_y + CELL + 15.0, "weights", &small.centered());
+        let v_left = after + 72.0 + 4.0 * CELL + 30.0;
+        d.text(v_left - 15.0, row_y + CELL / 2.0, "·", &label.bold().centered().middle());
+        let v = Grid::new((v_left, row_y + CELL - n as f64 * CELL), (n, d_v), (CELL, CELL))
+            .fill_with(|r, _| Some(if r == t { colors::V.tint(colors::FILL) } else { cached }));
+        d.grid(&v);
+        d.rect(v.left(), v.top() + t as f64 * CELL, v.width(), CELL, &Style::stroke(new_edge, 3.0));
+        for r in 0..n {
+            let style = if r == t { TextStyle::new(13.0).bold() } else { small };
+            d.text(v.right() + 5.0, v.cell(r, 0).1, &format!("v_{{{r}}}"), &style.middle());
+        }
+        d.text(v.center().0, v.top() - 7.0, &format!("V ({n}, {d_v})"), &label.centered());
+        // The output.
+        let o_left = v.right() + 62.0;
+        d.text(o_left - 18.0, row_y + CELL / 2.0, "=", &label.centered().middle());
+        let o = Grid::new((o_left, row_y), (1, d_v), (CELL, CELL)).fill(colors::V.tint(colors::FILL)).border(colors::V, 1.5);
+        d.grid(&o);
+        d.text(o.center().0, row_y - 7.0, &format!("o_{{{t}}}"), &label.centered());
+    }
+    let bottom = 84.0 + steps as f64 * BAND;
+    d.text(20.0, bottom + 18.0, "Queries are used once, in their own step, and never cached. Keys and values are computed once", &small);
+    d.text(20.0, bottom + 38.0, "and read again at every later step: the caches gain one column of Kᵀ and one row of V per step.", &small);
+    d
+}
+
 /// Draws this chapter's figures and writes its report into `out_dir`; returns the files written.
 pub fn render_figures(out_dir: &Path) -> Result<Vec<PathBuf>, Box<dyn Error>> {
     let mut written = Vec::new();
@@ -450,6 +565,8 @@ pub fn render_figures(out_dir: &Path) -> Result<Vec<PathBuf>, Box<dyn Error>> {
         .mask_mark("")
         .mask_legend("not computed (yet)")
         .columns(2)
+        .axis_titles_on_every_panel()
+        .annotate(true)
         .save(&generate)?;
     written.push(generate);
 
@@ -478,6 +595,7 @@ pub fn render_figures(out_dir: &Path) -> Result<Vec<PathBuf>, Box<dyn Error>> {
         .range(ValueRange::Fixed(0.0, 1.0))
         .colorbar_label("attention weight")
         .mask_mark("0")
+        .axis_titles_on_every_panel()
         .save(&window_png)?;
     written.push(window_png);
 
@@ -495,7 +613,7 @@ pub fn render_figures(out_dir: &Path) -> Result<Vec<PathBuf>, Box<dyn Error>> {
     let slots: Vec<String> = (0..WINDOW).map(|s| s.to_string()).collect();
     let cache_png = out_dir.join("ch10_window_cache.png");
     Heatmap::new(&held)
-        .title(format!("The windowed cache (W = {WINDOW}): position held by each slot"))
+        .title(format!("The windowed cache (W = {WINDOW}):\nposition held by each slot"))
         .row_labels(&steps)
         .col_labels(&slots)
         .row_title("after step")
@@ -507,6 +625,10 @@ pub fn render_figures(out_dir: &Path) -> Result<Vec<PathBuf>, Box<dyn Error>> {
         .colorbar_label("position of the cached token")
         .save(&cache_png)?;
     written.push(cache_png);
+
+    // The cache growing, as a diagram: the first four steps of a layer with d_k = 3, d_v = 2.
+    let growth = cache_growth(4, 3, 2).save(out_dir.join("ch10_cache_growth.svg"))?;
+    written.push(growth);
 
     // (c) The cost model.
     let cost = |cached: bool, pick: fn(attention::decode::TokenCost) -> usize| {
@@ -536,10 +658,14 @@ pub fn render_figures(out_dir: &Path) -> Result<Vec<PathBuf>, Box<dyn Error>> {
     let (header, rows) = committed_timings()?;
     let cpu = header.iter().find_map(|h| h.strip_prefix("CPU: ")).unwrap_or("unknown CPU");
     let cpu = cpu.split(" (").next().unwrap_or(cpu); // the model name, without the CPU count
+    // Name the vector instructions too: the model name alone does not tell the generations
+    // apart ("AMD EPYC" is every one of them).
+    let avx512 = header.iter().any(|h| h.starts_with("CPU features") && h.contains("avx512f yes"));
+    let cpu = if avx512 { format!("{cpu}, AVX-512") } else { cpu.to_string() };
     let time_png = out_dir.join("ch10_time_per_token.png");
     LineChart::new()
         .title(format!("Measured time per token, one layer, f32 ({cpu})"))
-        .x_label("position n")
+        .x_label("position n (tokens in view)")
         .y_label("median ms per token")
         .x_axis(Axis::Log2)
         .y_axis(Axis::Log10)
@@ -632,8 +758,9 @@ const ABOUT: &str = "\
     Chapter 10, Generating one token at a time: decoding through a KV cache, grouped-query \
     attention, the sliding window, and what the cache saves and costs.\n\n\
     Prints the numbers the chapter quotes (the same text goes to ch10_output.txt) and draws \
-    ch10_generate.png, ch10_window.png, ch10_window_cache.png, ch10_cost.png and \
-    ch10_time_per_token.png into book/img/ (or --out-dir); the last one from the committed \
+    ch10_generate.png, ch10_window.png, ch10_window_cache.png, ch10_cost.png, \
+    ch10_time_per_token.png and the diagram ch10_cache_growth.svg into book/img/ (or \
+    --out-dir); ch10_time_per_token.png from the committed \
     measurement examples/data/ch10_timings.csv. With --timings, then measures the time per \
     generated token on this machine, with and without the cache.";
 

@@ -161,3 +161,23 @@ fn wrap_row(line: &str) -> String {
     }
     line.to_string()
 }
+
+/// The colours the chapters' diagrams give queries, keys and values (Okabe–Ito blue,
+/// vermillion and bluish green), the same in every chapter, and the tints of their fills.
+#[allow(dead_code)] // each example uses some of them
+pub mod colors {
+    use figures::diagram::Color;
+
+    /// Queries, `Q = X·W_Q`.
+    pub const Q: Color = Color::BLUE;
+    /// Keys, `K = X·W_K`.
+    pub const K: Color = Color::VERMILLION;
+    /// Values, `V = X·W_V`.
+    pub const V: Color = Color::BLUISH_GREEN;
+    /// The input `X` and everything not tied to one projection.
+    pub const X: Color = Color::GREY;
+    /// How much white a block's fill mixes in: dark text reads well on it.
+    pub const FILL: f64 = 0.6;
+    /// The lighter fill of the weight matrices.
+    pub const LIGHT: f64 = 0.82;
+}

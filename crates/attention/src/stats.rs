@@ -203,6 +203,37 @@ pub fn sample_scores<R: Rng + ?Sized>(
 }
 // ANCHOR_END: sample_scores
 
+/// One trial's queries and keys, drawn as [`sample_scores`] draws them: `q`, then `k`, both
+/// `(l, d_k)` with independent standard-normal entries. From a generator seeded as for
+/// [`sample_scores`], `scores(&q, &k)` is that function's first block of `l` rows, so one row
+/// of the experiment can be looked at on its own (chapter 3 draws the weights of the first
+/// query of `d_k = 1024`). Fails if `d_k` or `l` is 0.
+///
+/// ```
+/// use attention::scores::scores;
+/// use attention::stats::{sample_queries_keys, sample_scores};
+/// use rand::{rngs::StdRng, SeedableRng};
+///
+/// let (q, k) = sample_queries_keys(64, 8, &mut StdRng::seed_from_u64(5)).unwrap();
+/// assert_eq!((q.dim(), k.dim()), ((8, 64), (8, 64)));
+/// let all = sample_scores(64, 8, 3, &mut StdRng::seed_from_u64(5)).unwrap();
+/// assert_eq!(scores(&q, &k).unwrap(), all.slice(ndarray::s![..8, ..]));
+/// ```
+pub fn sample_queries_keys<R: Rng + ?Sized>(
+    d_k: usize,
+    l: usize,
+    rng: &mut R,
+) -> Result<(Array2<f64>, Array2<f64>)> {
+    for (dim, n) in [("d_k", d_k), ("L", l)] {
+        if n == 0 {
+            return Err(AttentionError::Empty { what: "the experiment".into(), dim });
+        }
+    }
+    let q = random_matrix(l, d_k, 1.0, rng);
+    let k = random_matrix(l, d_k, 1.0, rng);
+    Ok((q, k))
+}
+
 /// The chapter's experiment for one `d_k`: the scores of [`sample_scores`], with and without
 /// the division by `√d_k`. Variances are over all `trials·l·l` scores;
 /// the softmax statistics are means over all `trials·l` rows. Fails if `d_k`, `l` or `trials`
@@ -283,7 +314,8 @@ mod tests {
     #[test]
     fn raw_variance_grows_with_d_k_and_scaling_undoes_it() {
         for d_k in [4, 64] {
-            let m = measure_scaling(d_k, 16, 16, &mut StdRng::seed_from_u64(d_k as u64)).unwrap();
+            let m =
+                measure_scaling(d_k, 16, 16, &mut StdRng::seed_from_u64(d_k as u64)).unwrap();
             let ratio = m.raw_variance / d_k as f64;
             assert!((ratio - 1.0).abs() < 0.15, "d_k = {d_k}: {ratio}");
             assert!((m.scaled_variance - 1.0).abs() < 0.15, "d_k = {d_k}");

@@ -115,6 +115,27 @@ impl Font {
     }
 }
 
+/// The advance width, in pixels, of one line of `text` set in the embedded DejaVu Sans at a
+/// font size (em) of `size` pixels, kerning included: the width a browser gives it when it has
+/// that font. Control characters take no room.
+pub(crate) fn em_width(text: &str, size: f64, bold: bool) -> f64 {
+    let Ok(font) = face(bold) else {
+        return 0.0;
+    };
+    let units_per_em = font.units_per_em().unwrap_or(2048.0) as f64;
+    let mut units = 0.0f64;
+    let mut prev = None;
+    for c in text.chars().filter(|c| !c.is_control()) {
+        let id = font.glyph_id(c);
+        if let Some(p) = prev {
+            units += font.kern_unscaled(p, id) as f64;
+        }
+        units += font.h_advance_unscaled(id) as f64;
+        prev = Some(id);
+    }
+    units * size / units_per_em
+}
+
 /// Horizontal placement of text relative to the given x.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub(crate) enum Align {

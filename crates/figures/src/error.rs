@@ -168,6 +168,21 @@ pub enum FigureError {
         /// The id given.
         id: String,
     },
+    /// A head view set to open on a layer or a head it does not have
+    /// ([`HeadView::start`](crate::HeadView::start)).
+    #[error(
+        "the head view {id:?} starts on {which}, which it does not have ({layers} layer(s) of {heads} heads)"
+    )]
+    BadStart {
+        /// The view's id.
+        id: String,
+        /// The layer, and the head if one was given: `"layer 0, head 3"`.
+        which: String,
+        /// How many layers the view has.
+        layers: usize,
+        /// How many heads each layer has.
+        heads: usize,
+    },
     /// An output path whose extension does not match what is written.
     #[error("cannot write {}: {what}, so the file name must end in .{ext}", path.display())]
     Extension {
@@ -177,6 +192,17 @@ pub enum FigureError {
         what: &'static str,
         /// The extension expected, without the dot.
         ext: &'static str,
+    },
+    /// A [`BarChart`](crate::BarChart) panel whose number of values differs from the number
+    /// of bars (the labels, or the first panel's values).
+    #[error("panel \"{panel}\" has {values} value{s} for {bars} bar{t}", s = if *values == 1 { "" } else { "s" }, t = if *bars == 1 { "" } else { "s" })]
+    BarCount {
+        /// The panel's name.
+        panel: String,
+        /// How many values it has.
+        values: usize,
+        /// How many bars the chart has.
+        bars: usize,
     },
     /// Plotters failed while drawing or the PNG encoder failed (a bug rather than bad input).
     #[error("drawing failed: {0}")]

@@ -564,7 +564,7 @@ impl Heatmap {
             std::slice::from_ref(&panel),
             &self.style,
             title.as_deref(),
-            None,
+            (None, false),
             "the matrix",
         )
     }
@@ -616,6 +616,7 @@ pub struct HeatmapGrid {
     style: Style,
     title: Option<String>,
     columns: Option<usize>,
+    every_panel_titled: bool,
 }
 
 impl HeatmapGrid {
@@ -679,6 +680,26 @@ impl HeatmapGrid {
         self
     }
 
+    /// Draws the axis titles ([`HeatmapGrid::row_title`], [`HeatmapGrid::col_title`]) beside
+    /// and under every panel, not only left of the first grid column and under the bottom
+    /// row; the grid columns move apart to make room. For panels that a reader looks at one by
+    /// one, such as the steps of a process.
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir()?;
+    /// let p = |v: f64| figures::Panel::new(&ndarray::array![[v, 0.5], [0.5, v]]);
+    /// let grid = || figures::HeatmapGrid::new().panel(p(0.1)).panel(p(0.2)).columns(2);
+    /// let width = |png: Vec<u8>| u32::from_be_bytes(png[16..20].try_into().unwrap());
+    /// let (shared, every) = (grid().to_png()?, grid().axis_titles_on_every_panel().to_png()?);
+    /// assert!(width(every) > width(shared)); // room for the second panel's row title
+    /// # grid().axis_titles_on_every_panel().save(dir.path().join("g.png"))?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn axis_titles_on_every_panel(mut self) -> Self {
+        self.every_panel_titled = true;
+        self
+    }
+
     style_setters!("figures::HeatmapGrid::new().panel(figures::Panel::new(&array![[0.2, 0.8]]))");
 
     /// Draws the grid and returns the PNG file's bytes.
@@ -700,7 +721,7 @@ impl HeatmapGrid {
             &self.panels,
             &self.style,
             self.title.as_deref(),
-            self.columns,
+            (self.columns, self.every_panel_titled),
             "panel",
         )
     }
@@ -742,6 +763,8 @@ struct Layout {
     col_title_h: i32,
     bar_w: i32,
     any_masked: bool,
+    /// Axis titles beside and under every panel ([`HeatmapGrid::axis_titles_on_every_panel`]).
+    every_panel_titled: bool,
 }
 
 impl Layout {
@@ -749,7 +772,7 @@ impl Layout {
         panels: &[Panel],
         style: &Style,
         title: Option<&str>,
-        columns: Option<usize>,
+        (columns, every_panel_titled): (Option<usize>, bool),
         scale: &Scale,
     ) -> Result<Self> {
         let max_rows = panels.iter().map(|p| p.data.nrows()).max().unwrap_or(1);
@@ -796,6 +819,7 @@ impl Layout {
             col_title_h: AXIS.room(&style.col_title, GAP),
             bar_w: colorbar_width(style, scale, any_masked),
             any_masked,
+            every_panel_titled,
         };
         layout.set_cell(panels, annotated_cell, true);
         // Side by side comes first: never fewer than two columns unless asked.
@@ -877,6 +901,14 @@ impl Layout {
     fn slot_w(&self) -> i32 {
         self.row_label_w + GAP + self.matrix_w()
     }
+    /// Room for a row title left of every grid column but the first, when each panel has one.
+    fn extra_title_w(&self) -> i32 {
+        if self.every_panel_titled {
+            self.row_title_w
+        } else {
+            0
+        }
+    }
     /// From the top of a slot to the top of its matrix.
     fn above(&self) -> i32 {
         self.pad_top + self.panel_title_h
@@ -893,6 +925,7 @@ impl LayoutSize<'_> {
     fn width(&self) -> i32 {
         let l = self.l;
         MARGIN + l.row_title_w + self.columns as i32 * (l.slot_w() + PANEL_GAP) - PANEL_GAP
+            + (self.columns as i32 - 1) * l.extra_title_w()
             + 24
             + l.bar_w
             + MARGIN
@@ -926,7 +959,7 @@ fn render(
     panels: &[Panel],
     style: &Style,
     title: Option<&str>,
-    columns: Option<usize>,
+    columns: (Option<usize>, bool),
     what: &str,
 ) -> Result<Vec<u8>> {
     for (i, p) in panels.iter().enumerate() {
@@ -967,7 +1000,14 @@ fn render(
     let grid_top = MARGIN + l.title_h;
     let slot_x: Vec<i32> = offsets(
         grid_left,
-        col_w.iter().map(|w| l.row_label_w + GAP + w + PANEL_GAP),
+        col_w.iter().enumerate().map(|(c, w)| {
+            let title = if c + 1 < l.columns {
+                l.extra_title_w()
+            } else {
+                0
+            };
+            l.row_label_w + GAP + w + PANEL_GAP + title
+        }),
     );
     let below = l.col_label_h + l.pad_bottom + l.col_title_h + PANEL_GAP;
     let slot_y: Vec<i32> = offsets(grid_top, row_h.iter().map(|h| l.above() + h + below));
@@ -999,15 +1039,16 @@ fn render(
             let mx = slot_x[gc] + l.row_label_w + GAP;
             let my = slot_y[gr] + l.above();
             draw_panel(area, p, style, &l, &scale, (mx, my))?;
-            if gc == 0 && !style.row_title.is_empty() {
+            if (gc == 0 || l.every_panel_titled) && !style.row_title.is_empty() {
                 let cy = my + p.data.nrows() as i32 * l.cell / 2;
-                AXIS.pen()
-                    .align(Align::Center)
-                    .up()
-                    .draw(area, &style.row_title, (MARGIN, cy))?;
+                AXIS.pen().align(Align::Center).up().draw(
+                    area,
+                    &style.row_title,
+                    (slot_x[gc] - l.row_title_w, cy),
+                )?;
             }
             let bottom_of_column = i + l.columns >= panels.len();
-            if bottom_of_column && !style.col_title.is_empty() {
+            if (bottom_of_column || l.every_panel_titled) && !style.col_title.is_empty() {
                 let cx = mx + p.data.ncols() as i32 * l.cell / 2;
                 let y = my + p.data.nrows() as i32 * l.cell + l.col_label_h + GAP / 2;
                 AXIS.pen()
@@ -1186,7 +1227,7 @@ mod tests {
             low: 0.0,
             high: 1.0,
         };
-        Layout::new(&panels, &style, None, None, &scale).unwrap()
+        Layout::new(&panels, &style, None, (None, false), &scale).unwrap()
     }
 
     #[test]

@@ -1,14 +1,19 @@
-//! Labelled heatmaps, heatmap grids and line charts for the book "Attention, Step by Step".
+//! Labelled heatmaps, heatmap grids, line and bar charts, and diagrams for the book
+//! "Attention, Step by Step".
 //!
 //! This crate knows nothing about attention: it draws matrices with labels and series of
 //! points, as PNG files sized to be read at 100% zoom in the book (text of about 15 px, white
 //! background). It draws with [plotters] and an embedded DejaVu Sans, so it needs no system
 //! fonts, and it is deterministic: the same input gives the same PNG bytes on every run, which
-//! is what lets the book's tests check that committed figures are up to date.
+//! is what lets the book's tests check that committed figures are up to date. Diagrams of
+//! structure are written as SVG text instead, deterministic in the same way.
 //!
 //! - [`Heatmap`]: one annotated matrix with a colour bar ([`ColorScheme`], [`ValueRange`]).
 //! - [`HeatmapGrid`] of [`Panel`]s: several matrices with one shared colour scale.
 //! - [`LineChart`]: named series on linear or log axes ([`Axis`]).
+//! - [`BarChart`]: labelled bars, in panels that share the labels and the y axis.
+//! - [`diagram`]: diagrams of structure (boxes, grids of cells, text, arrows and arcs), written
+//!   as SVG rather than PNG: [`Diagram`], [`Grid`](diagram::Grid).
 //! - [`HeadView`]: stacks of labelled matrices (layers of heads) for the browser, where the
 //!   reader picks one and points at a row or a column: data for the book's viewer, or one
 //!   self-contained HTML page, rather than a PNG.
@@ -39,15 +44,19 @@
 #![doc(test(attr(deny(warnings))))]
 #![warn(missing_docs)]
 
+mod bar;
 mod canvas;
 mod color;
+pub mod diagram;
 mod error;
 mod head_view;
 mod heatmap;
 mod line;
 mod ticks;
 
+pub use bar::BarChart;
 pub use color::{ColorScheme, ValueRange};
+pub use diagram::Diagram;
 pub use error::{FigureError, Result};
 pub use head_view::HeadView;
 pub use heatmap::{ANNOTATE_MAX, Heatmap, HeatmapGrid, Panel, TARGET_WIDTH};
