@@ -1,6 +1,8 @@
 //! Chapter 12, *Watching attention learn*: a tiny transformer trained by hand on reversal (with
 //! and without positions) and on an induction task (two layers, one layer), with attention
-//! dropout, a learning rate ten times larger, and a learning rate one bit larger.
+//! dropout, a learning rate ten times larger, and a learning rate one bit larger. The induction
+//! model's heads are measured on the held-out set, whose queries come in random order (where
+//! they look, whether they copy, what removing each one costs), not only on the probe.
 //!
 //! ```text
 //! cargo run --release --example ch12_learning [-- --out-dir DIR] [--help]
@@ -26,8 +28,9 @@ use std::time::Instant;
 
 use attention::dropout::Dropout;
 use attention::learn::{
-    Batch, Score, TrainConfig, TrainingRun, cross_entropy, most_common_token_baseline,
-    position_blind_ceiling, train, weight_on,
+    Batch, Score, TinyTransformer, TrainConfig, TrainingRun, cross_entropy, heads_weight_on,
+    most_common_token_baseline, offset_sources, position_blind_ceiling, prefix_matching_sources,
+    train, weight_on,
 };
 use figures::{HeatmapGrid, LineChart, Panel, ValueRange};
 use ndarray::{Array2, ArrayRef3, Axis, s};
@@ -326,7 +329,33 @@ fn previous_token_sources(len: usize, prefix: usize) -> Vec<Option<usize>> {
 
 const PREFIX: usize = 8;
 
-/// Everything the example prints, as one text (also written to `ch12_output.txt`).
+/// What one layer's heads do on the induction task's held-out set, whose queries come in
+/// random order: per head, the mean weight on the previous token (rows 1 to `PREFIX − 1`,
+/// the prefix, where a previous-token head is needed), on the answer (the token after the
+/// query's earlier occurrence: prefix matching) and `PREFIX − 1` places back (rows
+/// `PREFIX` on, where the probe's answers all are: a head that only looks back a fixed
+/// distance scores there, not on the answer).
+struct HeldOutHeads {
+    previous: Vec<f64>,
+    answer: Vec<f64>,
+    back: Vec<f64>,
+}
+
+fn held_out_heads(
+    model: &TinyTransformer,
+    held: &Batch,
+    layer: usize,
+) -> Result<HeldOutHeads, Box<dyn Error>> {
+    let (n, len) = held.tokens.dim();
+    let weights = &model.forward(&held.tokens)?.weights[layer];
+    let back = PREFIX - 1;
+    Ok(HeldOutHeads {
+        previous: heads_weight_on(weights, &offset_sources(n, len, 1..PREFIX, 1))?,
+        answer: heads_weight_on(weights, &prefix_matching_sources(&held.tokens))?,
+        back: heads_weight_on(weights, &offset_sources(n, len, PREFIX..len, back))?,
+    })
+}
+
 /// Everything the example prints, as one text (also written to `ch12_output.txt`).
 fn report(runs: &Runs) -> Result<String, Box<dyn Error>> {
     let mut out = String::new();
@@ -402,6 +431,18 @@ fn reversal_report(out: &mut String, runs: &Runs) -> Result<(), Box<dyn Error>> 
         with.correct,
         with.scored,
         steady_from(&runs.reversal, 0.99).ok_or("never 99 %")?
+    )?;
+    let all_right = runs
+        .reversal
+        .evals
+        .iter()
+        .find(|e| e.score.correct == e.score.scored)
+        .ok_or("never every position right")?;
+    writeln!(
+        out,
+        "  every held-out position right first at step {}, and at every evaluation from step {} on",
+        all_right.step,
+        steady_from(&runs.reversal, 1.0).ok_or("not every position right at the end")?
     )?;
     writeln!(
         out,
@@ -564,37 +605,56 @@ fn induction_report(out: &mut String, runs: &Runs) -> Result<(), Box<dyn Error>>
     )?;
     writeln!(out)?;
 
-    let probe = &runs.induction.probe;
-    let answers = config.task.sources(probe)?;
-    let previous = previous_token_sources(len, PREFIX);
-    writeln!(out, "The probe {}; its best head's weight", letters(probe).join(" "))?;
+    let answers = prefix_matching_sources(&held.tokens);
+    if answers
+        != held
+            .tokens
+            .rows()
+            .into_iter()
+            .flat_map(|s| config.task.sources(&s.to_vec()).expect("a held-out sequence"))
+            .collect::<Vec<_>>()
+    {
+        return Err("prefix matching must find the task's answers".into());
+    }
+    writeln!(out, "The heads on the held-out set (queries in random order): the best head's")?;
     writeln!(
         out,
-        "  on the previous token (layer 1, rows 1–{}) and on the answer (layer 2, rows {}–{});",
+        "  mean weight on the previous token (layer 1, rows 1–{}), and on the answer and",
+        PREFIX - 1
+    )?;
+    writeln!(
+        out,
+        "  {} places back (layer 2, rows {}–{}); uniform rows would give 1/{len} = {:.3}",
         PREFIX - 1,
         PREFIX,
-        len - 1
+        len - 1,
+        1.0 / len as f64
     )?;
-    writeln!(out, "  uniform rows would give 1/{len} = {:.3}", 1.0 / len as f64)?;
-    writeln!(out, "        held-out loss       held-out accuracy   probe's best head")?;
-    writeln!(out, " step   2 layers  1 layer   2 layers  1 layer   previous  answer")?;
+    writeln!(out, "        held-out loss       held-out accuracy   best head, held out")?;
+    writeln!(
+        out,
+        " step   2 layers  1 layer   2 layers  1 layer   previous  answer  {} back",
+        PREFIX - 1
+    )?;
     for (k, (two, one)) in runs.induction.evals.iter().zip(&runs.one_layer.evals).enumerate() {
-        if runs.induction.snapshots[k].step != two.step || one.step != two.step {
+        let snapshot = &runs.induction.snapshots[k];
+        if snapshot.step != two.step || one.step != two.step {
             return Err("evaluations and snapshots must be taken at the same steps".into());
         }
         if two.step <= 500 || two.step % 100 == 0 {
-            let prev = largest(&head_scores(&runs.induction, k, 0, &previous));
-            let answer = largest(&head_scores(&runs.induction, k, 1, &answers));
+            let first = held_out_heads(&snapshot.model, held, 0)?;
+            let second = held_out_heads(&snapshot.model, held, 1)?;
             writeln!(
                 out,
-                "{:>5}   {:<8.4}  {:<8.4}  {:<8}  {:<8}  {:<8.3}  {:.3}",
+                "{:>5}   {:<8.4}  {:<8.4}  {:<8}  {:<8}  {:<8.3}  {:<6.3}  {:.3}",
                 two.step,
                 two.loss,
                 one.loss,
                 percent(two.score.accuracy()),
                 percent(one.score.accuracy()),
-                prev,
-                answer
+                largest(&first.previous),
+                largest(&second.answer),
+                largest(&second.back)
             )?;
         }
     }
@@ -629,9 +689,80 @@ fn induction_report(out: &mut String, runs: &Runs) -> Result<(), Box<dyn Error>>
         one.correct,
         one.scored
     )?;
+    writeln!(out)?;
+
+    // Every head of the trained model: where it looks, whether it copies, what removing it costs.
+    let model = &runs.induction.model;
+    writeln!(out, "Every head after {} steps, on the held-out set:", config.steps)?;
+    writeln!(out, "  mean weight on the previous token, on the answer, {} back;", PREFIX - 1)?;
+    writeln!(out, "  copying: the head's own output, read through W_out, ranks the token it")?;
+    writeln!(out, "  attends to most first (at the scored positions);")?;
+    writeln!(out, "  held-out accuracy of the model with that one head removed (W_O rows zeroed)")?;
+    writeln!(
+        out,
+        "                   previous  answer  {} back  copying           without it",
+        PREFIX - 1
+    )?;
+    for layer in 0..model.config().layers {
+        let heads = held_out_heads(model, held, layer)?;
+        for head in 0..model.config().heads {
+            let copying = model.copying_score(&held.tokens, &held.targets, layer, head)?;
+            let ablated = model.without_head(layer, head)?.score(held)?;
+            writeln!(
+                out,
+                "  layer {}, head {head}  {:<8.3}  {:<6.3}  {:<6.3}  {:<6} ({:>4})  {}",
+                layer + 1,
+                heads.previous[head],
+                heads.answer[head],
+                heads.back[head],
+                percent(copying.accuracy()),
+                copying.correct,
+                percent(ablated.accuracy())
+            )?;
+        }
+    }
+    let no_second = (0..model.config().heads)
+        .try_fold(model.clone(), |m, head| m.without_head(1, head))?
+        .score(held)?;
+    writeln!(
+        out,
+        "  with both heads of layer 2 removed: {} ({} of {})",
+        percent(no_second.accuracy()),
+        no_second.correct,
+        no_second.scored
+    )?;
+    writeln!(out)?;
+
+    let probe = &runs.induction.probe;
+    let probe_answers = config.task.sources(probe)?;
+    let previous = previous_token_sources(len, PREFIX);
+    writeln!(
+        out,
+        "The probe {} (every answer {} back): its best head's weight",
+        letters(probe).join(" "),
+        PREFIX - 1
+    )?;
+    writeln!(
+        out,
+        "  on the previous token (layer 1, rows 1–{}) and on the answer (layer 2, rows {}–{}):",
+        PREFIX - 1,
+        PREFIX,
+        len - 1
+    )?;
+    for (k, snapshot) in runs.induction.snapshots.iter().enumerate() {
+        if snapshot.step % 100 == 0 && (snapshot.step <= 500 || snapshot.step == config.steps) {
+            writeln!(
+                out,
+                "  step {:>4}: previous {:.3}, answer {:.3}",
+                snapshot.step,
+                largest(&head_scores(&runs.induction, k, 0, &previous)),
+                largest(&head_scores(&runs.induction, k, 1, &probe_answers))
+            )?;
+        }
+    }
     let last = runs.induction.snapshots.len() - 1;
     let prev = head_scores(&runs.induction, last, 0, &previous);
-    let answer = head_scores(&runs.induction, last, 1, &answers);
+    let answer = head_scores(&runs.induction, last, 1, &probe_answers);
     writeln!(out, "the probe at step {}:", runs.induction.snapshots[last].step)?;
     writeln!(
         out,
@@ -813,28 +944,30 @@ pub fn render_figures(out_dir: &Path) -> Result<Vec<PathBuf>, Box<dyn Error>> {
         .save(&png)?;
     written.push(png);
 
-    // (d) Induction: accuracy (two layers, one layer) and the two heads forming.
+    // (d) Induction: accuracy (two layers, one layer) and the two heads forming, measured on
+    // the held-out set.
     let config = induction();
-    let answers = config.task.sources(&runs.induction.probe)?;
-    let previous = previous_token_sources(config.task.len(), PREFIX);
-    let best_head = |layer: usize, sources: &[Option<usize>]| {
-        (0..runs.induction.snapshots.len())
-            .map(|k| {
-                let step = runs.induction.snapshots[k].step as f64;
-                (step, largest(&head_scores(&runs.induction, k, layer, sources)))
-            })
-            .collect::<Vec<_>>()
-    };
+    let held = &runs.induction.held_out;
+    let (mut previous_curve, mut answer_curve, mut back_curve) = (vec![], vec![], vec![]);
+    for snapshot in &runs.induction.snapshots {
+        let step = snapshot.step as f64;
+        let first = held_out_heads(&snapshot.model, held, 0)?;
+        let second = held_out_heads(&snapshot.model, held, 1)?;
+        previous_curve.push((step, largest(&first.previous)));
+        answer_curve.push((step, largest(&second.answer)));
+        back_curve.push((step, largest(&second.back)));
+    }
     let png = out_dir.join("ch12_induction_curves.png");
     LineChart::new()
-        .title("Induction: accuracy and the two heads")
+        .title("Induction: accuracy and the two heads, on the held-out set")
         .x_label("training step")
         .y_label("fraction")
         .y_range(0.0, 1.0)
         .series("held-out accuracy, 2 layers", accuracy(&runs.induction))
         .series("held-out accuracy, 1 layer", accuracy(&runs.one_layer))
-        .series("layer 1: best head's weight on the previous token", best_head(0, &previous))
-        .series("layer 2: best head's weight on the answer", best_head(1, &answers))
+        .series("layer 1: best head's weight on the previous token", previous_curve)
+        .series("layer 2: best head's weight on the answer", answer_curve)
+        .series(format!("layer 2: best head's weight {} back", PREFIX - 1), back_curve)
         .save(&png)?;
     written.push(png);
 
@@ -878,6 +1011,8 @@ pub fn render_figures(out_dir: &Path) -> Result<Vec<PathBuf>, Box<dyn Error>> {
     let at = |step: usize| {
         runs.induction.snapshots.iter().position(|s| s.step == step).expect("a snapshot")
     };
+    let answers = config.task.sources(&runs.induction.probe)?;
+    let previous = previous_token_sources(config.task.len(), PREFIX);
     let prev_head = argmax(&head_scores(&runs.induction, last, 0, &previous));
     let induction_head = argmax(&head_scores(&runs.induction, last, 1, &answers));
     let mut grid = HeatmapGrid::new().title(format!(

@@ -10,7 +10,8 @@
 //! The drop is a multiplication by a *scale mask* `m` of entries `0` or `1/(1 − p)`, drawn
 //! from a seeded generator ([`Dropout::scale_mask`]). Multiplying by a fixed mask is linear,
 //! so its backward is the same multiplication: `∂L/∂w = m ∘ ∂L/∂(w∘m)`
-//! ([`apply_scale`] is both).
+//! ([`apply_scale`] is both). Training does not call `apply_scale`: the layer's
+//! `forward_train` and `backward` (module `grad`) write the same two products in place.
 //!
 //! Anchors (below the doc comments): `dropout`, `scale_mask`, `apply_scale`.
 

@@ -19,7 +19,10 @@
 //! tokens get equal answers; [`position_blind_ceiling`] bounds what such a model can score
 //! on a given set, and [`most_common_token_baseline`] is what it can expect. [`weight_on`]
 //! measures how much of a head's attention lands where the answers are
-//! ([`Task::sources`]).
+//! ([`Task::sources`]), and [`heads_weight_on`] the same over a whole batch, for patterns
+//! such as [`prefix_matching_sources`] and [`offset_sources`];
+//! [`TinyTransformer::copying_score`] and [`TinyTransformer::without_head`] test what a head
+//! does with what it finds.
 //!
 //! # Reproducibility
 //!
@@ -28,8 +31,9 @@
 //! [`exact::matmul`] (a fixed order of summation, on every CPU), every
 //! `exp` and `ln` through [`exact`] (the `libm` crate, not the system's), sums
 //! are plain loops in a written order, no threads, and all randomness comes from seeded
-//! `StdRng`s through `rand`'s integer and `Uniform` samplers (no normal sampler: those call
-//! the system's `ln`). Two runs give the same bits, on any x86-64 machine.
+//! `StdRng`s through `rand`'s integer and `Uniform` samplers (no normal sampler:
+//! `rand_distr`'s ziggurat calls the system's `exp` in its wedge test and `ln` in its tail).
+//! Two runs give the same bits, on any x86-64 machine.
 //!
 //! Anchors (below the doc comments): `cross_entropy`, `embed`, `embed_backward`,
 //! `positions_backward`, `readout`, `readout_backward`, `adam`, `adam_step`, `model`,
@@ -40,13 +44,16 @@
 //! `adam_with_betas`, `model_update`, `grads_views`, `dropout_masks`, `task_len`,
 //! `task_vocab`, `task_check`, `task_sources`, `task_targets`, `batch_new`, `task_sequence`,
 //! `task_batch`, `task_probe`, `score`, `score_accuracy`, `model_score`, `score_logits`,
-//! `held_out`, `train_config_model`, `recorder`, `recorder_record`, `batch_check`.
+//! `held_out`, `train_config_model`, `recorder`, `recorder_record`, `batch_check`; and for
+//! the measurements of the heads, `heads_weight_on`, `prefix_matching_sources`,
+//! `head_output`, `copying_score`.
 
 use std::collections::BTreeSet;
+use std::ops::Range;
 
 use ndarray::{
-    Array1, Array2, Array3, Array4, ArrayD, ArrayRef1, ArrayRef2, ArrayRef3, ArrayViewD,
-    ArrayViewMutD, Axis, s,
+    Array1, Array2, Array3, Array4, ArrayD, ArrayRef1, ArrayRef2, ArrayRef3, ArrayRef4,
+    ArrayViewD, ArrayViewMutD, Axis, s,
 };
 use rand::distr::{Distribution, Uniform};
 use rand::seq::SliceRandom;
@@ -1739,6 +1746,253 @@ pub fn weight_on(weights: &ArrayRef2<f64>, sources: &[Option<usize>]) -> Result<
     Ok(total / rows as f64)
 }
 
+/// [`weight_on`] for a whole batch and every head at once: for each head of
+/// `weights: (batch, heads, L, L)`, the mean of `weights[b, h, i, j]` over the rows `(b, i)`
+/// whose source `sources[b·L + i]` is `Some(j)` (row-major, as a [`Batch`]'s targets). The
+/// rows are pooled, summed sequence after sequence. An error when `sources` does not have
+/// `batch · L` entries, a source is not below `L`, or no row has a source.
+///
+/// ```
+/// use attention::learn::heads_weight_on;
+/// use ndarray::array;
+///
+/// // One sequence of 2 tokens, two heads: head 0 looks back, head 1 at itself.
+/// let weights = array![[[[1.0, 0.0], [0.75, 0.25]], [[1.0, 0.0], [0.0, 1.0]]]];
+/// let on = heads_weight_on(&weights, &[None, Some(0)]).unwrap(); // row 1 looks at 0
+/// assert_eq!(on, [0.75, 0.0]);
+/// assert!(heads_weight_on(&weights, &[None, None]).is_err());
+/// ```
+// ANCHOR: heads_weight_on
+pub fn heads_weight_on(
+    weights: &ArrayRef4<f64>,
+    sources: &[Option<usize>],
+) -> Result<Vec<f64>> {
+    let (batch, heads, len, keys) = weights.dim();
+    if sources.len() != batch * len || keys != len {
+        let n = sources.len();
+        let expected = format!(
+            "(batch, heads, L, L) with batch · L = {n}, one source per row, was expected"
+        );
+        return Err(AttentionError::shape("weights", weights.shape(), &expected));
+    }
+    let rows = sources.iter().flatten().count();
+    if rows == 0 {
+        return Err(invalid_setting("sources", "no row has a source".into()));
+    }
+    let mut means = Vec::with_capacity(heads);
+    for h in 0..heads {
+        let mut total = 0.0;
+        for (k, source) in sources.iter().enumerate() {
+            let Some(j) = *source else { continue };
+            if j >= len {
+                let problem = format!("source {j} of row {k} is not below L = {len}");
+                return Err(invalid_setting("sources", problem));
+            }
+            total += weights[[k / len, h, k % len, j]];
+        }
+        means.push(total / rows as f64);
+    }
+    Ok(means)
+}
+// ANCHOR_END: heads_weight_on
+
+/// Where a *prefix-matching* head looks, in every sequence of `tokens: (batch, L)`: at a
+/// position whose token occurred before, the position right after its latest earlier
+/// occurrence; `None` at a token's first occurrence. Row-major, one entry per position.
+///
+/// This is the rule of [`Task::Induction`] read off the tokens alone, so it applies to any
+/// sequence; on the induction task it gives the same positions as [`Task::sources`].
+///
+/// ```
+/// use attention::learn::prefix_matching_sources;
+/// use ndarray::array;
+///
+/// // "a b c b a": the second b looks after the first b (at c), the second a at b.
+/// let sources = prefix_matching_sources(&array![[0, 1, 2, 1, 0]]);
+/// assert_eq!(sources, [None, None, None, Some(2), Some(1)]);
+/// ```
+// ANCHOR: prefix_matching_sources
+pub fn prefix_matching_sources(tokens: &ArrayRef2<usize>) -> Vec<Option<usize>> {
+    let mut sources = Vec::with_capacity(tokens.len());
+    for seq in tokens.rows() {
+        for i in 0..seq.len() {
+            let earlier = (0..i).rev().find(|&j| seq[j] == seq[i]);
+            sources.push(earlier.map(|j| j + 1)); // the token after the earlier occurrence
+        }
+    }
+    sources
+}
+// ANCHOR_END: prefix_matching_sources
+
+/// A fixed-offset pattern over `batch` sequences of length `len`: row `i` looks `back`
+/// positions back, for the rows `i` in `rows` with `i ≥ back`; `None` for every other row.
+/// Row-major, like a [`Batch`]'s targets. `back = 1` is a previous-token head's pattern.
+///
+/// ```
+/// use attention::learn::offset_sources;
+///
+/// assert_eq!(offset_sources(1, 4, 1..3, 1), [None, Some(0), Some(1), None]);
+/// assert_eq!(offset_sources(2, 3, 0..3, 2), [None, None, Some(0), None, None, Some(0)]);
+/// ```
+pub fn offset_sources(
+    batch: usize,
+    len: usize,
+    rows: Range<usize>,
+    back: usize,
+) -> Vec<Option<usize>> {
+    let row = |i: usize| (rows.contains(&i) && i >= back).then(|| i - back);
+    (0..batch).flat_map(|_| (0..len).map(row)).collect()
+}
+
+/// Looking inside a trained model: one head's share of a layer's output, the model without a
+/// head, and whether a head copies what it attends to.
+impl TinyTransformer {
+    /// The same model with head `head` of layer `layer` (both from 0) removed: that layer's
+    /// [`MultiHeadAttention::without_head`], its rows of `W_O` set to zero, so the head
+    /// still attends but adds nothing to the rows (an *ablation*). An error names a layer or
+    /// head that does not exist.
+    ///
+    /// ```
+    /// use attention::learn::{ModelConfig, TinyTransformer};
+    /// use ndarray::array;
+    /// use rand::{SeedableRng, rngs::StdRng};
+    ///
+    /// let config = ModelConfig { vocab: 4, max_len: 3, d_model: 4, heads: 2, layers: 1,
+    ///                            positions: true };
+    /// let model = TinyTransformer::new(&config, &mut StdRng::seed_from_u64(1)).unwrap();
+    /// let ablated = model.without_head(0, 1).unwrap();
+    /// let tokens = array![[0, 3, 1]];
+    /// assert_ne!(ablated.forward(&tokens).unwrap().logits, model.forward(&tokens).unwrap().logits);
+    /// // The head is not heard, but it still attends as before.
+    /// assert_eq!(ablated.forward(&tokens).unwrap().weights, model.forward(&tokens).unwrap().weights);
+    /// assert!(model.without_head(1, 0).is_err() && model.without_head(0, 2).is_err());
+    /// ```
+    pub fn without_head(&self, layer: usize, head: usize) -> Result<TinyTransformer> {
+        let Some(attention) = self.layers.get(layer) else {
+            let problem = format!("the model has {} layers", self.layers.len());
+            return Err(invalid_setting(&format!("layer {layer}"), problem));
+        };
+        let mut model = self.clone();
+        model.layers[layer] = attention.without_head(head)?;
+        Ok(model)
+    }
+
+    /// What head `head` of layer `layer` adds to the rows of `tokens: (batch, L)`: its share
+    /// of the layer's output, `(batch, L, d_model)` (the layer's output is the sum of its
+    /// heads' shares), and its weights `(batch, L, L)`; evaluation mode, computed as the
+    /// forward pass computes them. An error as for [`TinyTransformer::forward`], or for a
+    /// layer or head that does not exist.
+    ///
+    /// ```
+    /// use attention::learn::{ModelConfig, TinyTransformer};
+    /// use ndarray::array;
+    /// use rand::{SeedableRng, rngs::StdRng};
+    ///
+    /// let config = ModelConfig { vocab: 4, max_len: 3, d_model: 4, heads: 2, layers: 2,
+    ///                            positions: true };
+    /// let model = TinyTransformer::new(&config, &mut StdRng::seed_from_u64(1)).unwrap();
+    /// let tokens = array![[0, 3, 1], [2, 2, 1]];
+    /// let (share, weights) = model.head_output(&tokens, 1, 0).unwrap();
+    /// assert_eq!((share.dim(), weights.dim()), ((2, 3, 4), (2, 3, 3)));
+    /// // Head 0's weights are the ones the forward pass computes.
+    /// let all = &model.forward(&tokens).unwrap().weights[1];
+    /// assert_eq!(weights, all.index_axis(ndarray::Axis(1), 0));
+    /// assert!(model.head_output(&tokens, 2, 0).is_err());
+    /// ```
+    // ANCHOR: head_output
+    pub fn head_output(
+        &self,
+        tokens: &ArrayRef2<usize>,
+        layer: usize,
+        head: usize,
+    ) -> Result<(Array3<f64>, Array3<f64>)> {
+        let Some(attention) = self.layers.get(layer) else {
+            let problem = format!("the model has {} layers", self.layers.len());
+            return Err(invalid_setting(&format!("layer {layer}"), problem));
+        };
+        let (batch, len) = tokens.dim();
+        self.check_input(batch, len, None)?;
+        // The rows that enter the layer, as in `forward_train`.
+        let mut x = embed(&self.tokens, tokens)?;
+        if let Some(positions) = &self.positions {
+            x = add_positions(&x, &positions.slice(s![..len, ..]))?;
+        }
+        for earlier in &self.layers[..layer] {
+            x += &earlier.forward_train(&x, None, None)?.0;
+        }
+        // The layer with every other head removed: its output is this head's share.
+        attention.without_head(head)?; // an error for a head the layer does not have
+        let alone = (0..self.config.heads)
+            .filter(|&other| other != head)
+            .try_fold(attention.clone(), |kept, other| kept.without_head(other))?;
+        let (share, tape) = alone.forward_train(&x, None, None)?;
+        let weights = tape.weights().index_axis(Axis(1), head).to_owned();
+        Ok((share, weights))
+    }
+    // ANCHOR_END: head_output
+
+    /// Whether head `head` of layer `layer` *copies*: at every row `k` (row-major over
+    /// `tokens: (batch, L)`) where `rows[k]` is `Some`, read the head's share of the output
+    /// ([`TinyTransformer::head_output`]) through the read-out's weight `W_out` (no bias),
+    /// and count it right when its largest score (the lowest id on a tie) is the token the
+    /// head attends to most (the earliest key on a tie). A related signature of what Olsson
+    /// et al. (2022) call copying ("the head's output increases the logit corresponding to
+    /// the attended-to token"), measured on the given data, here the task's own sequences.
+    ///
+    /// ```
+    /// use attention::learn::{ModelConfig, TinyTransformer};
+    /// use ndarray::array;
+    /// use rand::{SeedableRng, rngs::StdRng};
+    ///
+    /// let config = ModelConfig { vocab: 4, max_len: 3, d_model: 4, heads: 2, layers: 1,
+    ///                            positions: true };
+    /// let model = TinyTransformer::new(&config, &mut StdRng::seed_from_u64(1)).unwrap();
+    /// let score = model.copying_score(&array![[0, 3, 1]], &[None, Some(0), Some(2)], 0, 1);
+    /// assert_eq!(score.unwrap().scored, 2);
+    /// assert!(model.copying_score(&array![[0, 3, 1]], &[None; 3], 0, 1).is_err()); // no row
+    /// assert!(model.copying_score(&array![[0, 3, 1]], &[Some(0); 2], 0, 1).is_err());
+    /// ```
+    // ANCHOR: copying_score
+    pub fn copying_score(
+        &self,
+        tokens: &ArrayRef2<usize>,
+        rows: &[Option<usize>],
+        layer: usize,
+        head: usize,
+    ) -> Result<Score> {
+        let (batch, len) = tokens.dim();
+        if rows.len() != batch * len {
+            let n = batch * len;
+            return Err(AttentionError::mismatch(
+                "rows",
+                rows.len(),
+                "tokens",
+                n,
+                "batch · L",
+            ));
+        }
+        if rows.iter().all(Option::is_none) {
+            return Err(invalid_setting("rows", "no row is counted".into()));
+        }
+        let (share, weights) = self.head_output(tokens, layer, head)?;
+        let d_model = self.config.d_model;
+        let flat = share.into_shape_with_order((batch * len, d_model)).expect("rows");
+        let scores = exact::matmul(&flat, &self.w_out)?; // (batch · L, vocab)
+        let mut score = Score { correct: 0, scored: 0 };
+        for (k, row) in rows.iter().enumerate() {
+            if row.is_none() {
+                continue;
+            }
+            let (b, i) = (k / len, k % len);
+            let attended = tokens[[b, argmax(&weights.slice(s![b, i, ..]))]];
+            score.scored += 1;
+            score.correct += usize::from(argmax(&scores.row(k)) == attended);
+        }
+        Ok(score)
+    }
+    // ANCHOR_END: copying_score
+}
+
 /// The settings of a training run.
 ///
 /// ```
@@ -1898,13 +2152,16 @@ pub struct Evaluation {
     pub score: Score,
 }
 
-/// The attention weights of the probe after `step` updates.
+/// The attention weights of the probe, and the model itself, after `step` updates.
 ///
 /// ```
-/// use attention::learn::Snapshot;
+/// use attention::learn::{Snapshot, TrainConfig, TinyTransformer};
 /// use ndarray::Array3;
+/// use rand::{SeedableRng, rngs::StdRng};
 ///
-/// let s = Snapshot { step: 0, weights: vec![Array3::zeros((2, 9, 9))] };
+/// let config = TrainConfig::reversal().model();
+/// let model = TinyTransformer::new(&config, &mut StdRng::seed_from_u64(0)).unwrap();
+/// let s = Snapshot { step: 0, weights: vec![Array3::zeros((2, 9, 9))], model };
 /// assert_eq!(s.weights[0].dim(), (2, 9, 9));
 /// ```
 #[derive(Debug, Clone, PartialEq)]
@@ -1913,6 +2170,8 @@ pub struct Snapshot {
     pub step: usize,
     /// One `(heads, L, L)` array per layer.
     pub weights: Vec<Array3<f64>>,
+    /// The model at that step (to measure it on other inputs than the probe).
+    pub model: TinyTransformer,
 }
 
 /// Everything a training run records.
@@ -1932,7 +2191,7 @@ pub struct TrainingRun {
     pub losses: Vec<f64>,
     /// The held-out loss and accuracy at step 0, every `eval_every` steps and at the end.
     pub evals: Vec<Evaluation>,
-    /// The probe's attention at the requested steps.
+    /// The probe's attention, and the model, at the requested steps.
     pub snapshots: Vec<Snapshot>,
     /// The fixed input of the snapshots ([`Task::probe`]).
     pub probe: Vec<usize>,
@@ -2048,7 +2307,7 @@ impl Recorder<'_> {
         if self.config.snapshot_steps.contains(&step) {
             let weights = model.forward(&self.probe.tokens)?.weights;
             let weights = weights.into_iter().map(|w| w.index_axis_move(Axis(0), 0)).collect();
-            self.snapshots.push(Snapshot { step, weights });
+            self.snapshots.push(Snapshot { step, weights, model: model.clone() });
         }
         Ok(())
     }
@@ -2512,6 +2771,33 @@ mod tests {
         assert!(best(heads(last, 0, &previous)) > 0.8);
         assert!(best(heads(last, 1, &answers)) > 0.95);
         assert!(acc >= 0.99, "{acc}");
+        // The probe's answers all lie 7 back. On the held-out set, whose queries come in
+        // random order, the heads keep their roles: layer 1, head 0 on the previous token,
+        // both heads of layer 2 on the answer and not 7 back.
+        let held = &run.held_out;
+        let (n, len) = held.tokens.dim();
+        let w = run.model.forward(&held.tokens).unwrap().weights;
+        let on_previous =
+            heads_weight_on(&w[0], &offset_sources(n, len, 1..prefix, 1)).unwrap();
+        let on_answer =
+            heads_weight_on(&w[1], &prefix_matching_sources(&held.tokens)).unwrap();
+        let seven_back = offset_sources(n, len, prefix..len, prefix - 1);
+        let on_back = heads_weight_on(&w[1], &seven_back).unwrap();
+        let three = |v: &[f64]| v.iter().map(|x| format!("{x:.3}")).collect::<Vec<_>>();
+        assert_eq!(three(&on_previous), ["0.813", "0.189"]);
+        assert_eq!(three(&on_answer), ["0.955", "0.976"]);
+        assert_eq!(three(&on_back), ["0.136", "0.136"]);
+        // Removing the previous-token head breaks the circuit (40.8 %); removing the other
+        // head of layer 1 does not (99.0 %); each head of layer 2 copies what it attends to.
+        let without = |l: usize, h: usize| {
+            run.model.without_head(l, h).unwrap().score(held).unwrap().accuracy()
+        };
+        assert!(without(0, 0) < 0.5 && without(0, 1) > 0.98);
+        for head in 0..2 {
+            let copying =
+                run.model.copying_score(&held.tokens, &held.targets, 1, head).unwrap();
+            assert!(copying.accuracy() > 0.9, "head {head}: {copying:?}");
+        }
     }
 
     /// A short run that touches every part of the arithmetic: two layers, two heads,
@@ -2642,6 +2928,100 @@ mod tests {
         let (best, baseline) = position_blind_expectations(&[0, 0, 1, 1], 2);
         assert!((best - 2.0 / 3.0).abs() < 1e-12, "{best}");
         assert!((baseline - 2.0 / 4.0).abs() < 1e-12, "{baseline}");
+    }
+
+    /// `heads_weight_on` pools the rows of every sequence: with the same number of sourced
+    /// rows in each sequence, it is the mean of `weight_on` over the sequences, head by head.
+    #[test]
+    fn heads_weight_on_is_weight_on_pooled_over_the_batch() {
+        let task = Task::Induction { len: 9, vocab: 10, prefix: 6 };
+        let config = ModelConfig {
+            vocab: 10,
+            max_len: 9,
+            d_model: 8,
+            heads: 2,
+            layers: 2,
+            positions: true,
+        };
+        let model = TinyTransformer::new(&config, &mut StdRng::seed_from_u64(21)).unwrap();
+        let batch = task.batch(12, &mut StdRng::seed_from_u64(22), None).unwrap();
+        let weights = &model.forward(&batch.tokens).unwrap().weights[1];
+        let sources = prefix_matching_sources(&batch.tokens);
+        let pooled = heads_weight_on(weights, &sources).unwrap();
+        for (h, &p) in pooled.iter().enumerate() {
+            let mut total = 0.0;
+            for b in 0..12 {
+                let w = weights.slice(s![b, h, .., ..]);
+                total += weight_on(&w, &sources[9 * b..9 * (b + 1)]).unwrap();
+            }
+            assert!((p - total / 12.0).abs() < 1e-15, "head {h}: {p} vs {}", total / 12.0);
+        }
+        let err = heads_weight_on(weights, &sources[..9]).unwrap_err();
+        assert!(err.to_string().contains("batch · L = 9, one source per row"), "{err}");
+        let mut far = vec![None; 108];
+        far[3] = Some(9);
+        assert!(heads_weight_on(weights, &far).is_err()); // a source beyond L
+    }
+
+    /// Read off the tokens alone, the prefix-matching pattern is the induction task's rule.
+    #[test]
+    fn prefix_matching_is_the_induction_rule() {
+        let task = TrainConfig::induction().task;
+        let batch = task.batch(200, &mut StdRng::seed_from_u64(23), None).unwrap();
+        let sources = prefix_matching_sources(&batch.tokens);
+        for (b, seq) in batch.tokens.rows().into_iter().enumerate() {
+            let rule = task.sources(&seq.to_vec()).unwrap();
+            assert_eq!(sources[14 * b..14 * (b + 1)], rule[..], "sequence {b}");
+        }
+        // A token seen twice before looks after its latest occurrence.
+        let latest = prefix_matching_sources(&ndarray::array![[0, 1, 0, 2, 0]]);
+        assert_eq!(latest, [None, None, Some(1), None, Some(3)]);
+        assert_eq!(offset_sources(1, 5, 0..5, 7), [None; 5]); // nothing 7 back in 5
+    }
+
+    /// A head's share of its layer: the shares of all heads add up to what the layer adds,
+    /// which for the last layer is the change of the logits when every head is removed; and
+    /// a head removed is a share that is gone. The copying score read from the shares agrees
+    /// with the one read from the logits the ablation takes away.
+    #[test]
+    fn head_shares_add_up_and_ablation_removes_them() {
+        let config = ModelConfig {
+            vocab: 6,
+            max_len: 5,
+            d_model: 8,
+            heads: 2,
+            layers: 2,
+            positions: true,
+        };
+        let model = TinyTransformer::new(&config, &mut StdRng::seed_from_u64(24)).unwrap();
+        let tokens = ndarray::array![[0, 5, 2, 2, 1], [3, 3, 4, 0, 5]];
+        let logits = |m: &TinyTransformer| m.forward(&tokens).unwrap().logits;
+        let silent = model.without_head(1, 0).unwrap().without_head(1, 1).unwrap();
+        let (s0, w0) = model.head_output(&tokens, 1, 0).unwrap();
+        let (s1, _) = model.head_output(&tokens, 1, 1).unwrap();
+        let both = (s0.clone() + &s1).into_shape_with_order((10, 8)).unwrap();
+        let added = exact::matmul(&both, &model.w_out).unwrap();
+        let change =
+            (logits(&model) - logits(&silent)).into_shape_with_order((10, 6)).unwrap();
+        assert!((added - &change).iter().all(|d| d.abs() < 1e-12));
+        assert_eq!(w0, model.forward(&tokens).unwrap().weights[1].index_axis(Axis(1), 0));
+        // Removing head 0 takes away exactly its share.
+        let without = logits(&model.without_head(1, 0).unwrap());
+        let its_share = (logits(&model) - without).into_shape_with_order((10, 6)).unwrap();
+        let s0 = s0.into_shape_with_order((10, 8)).unwrap();
+        let read = exact::matmul(&s0, &model.w_out).unwrap();
+        assert!((&read - &its_share).iter().all(|d| d.abs() < 1e-12));
+        // Copying, by hand from the ablation's difference.
+        let rows: Vec<Option<usize>> = (0..10).map(|k| (k % 5 > 0).then_some(0)).collect();
+        let mut correct = 0;
+        for k in (0..10).filter(|k| k % 5 > 0) {
+            let attended = tokens[[k / 5, argmax(&w0.slice(s![k / 5, k % 5, ..]))]];
+            correct += usize::from(argmax(&its_share.row(k)) == attended);
+        }
+        let score = model.copying_score(&tokens, &rows, 1, 0).unwrap();
+        assert_eq!((score.correct, score.scored), (correct, 8));
+        assert!(model.head_output(&tokens, 1, 2).is_err()); // no head 2
+        assert!(model.without_head(2, 0).is_err()); // no layer 2
     }
 
     fn permutations(seq: &mut Vec<usize>, k: usize, out: &mut BTreeSet<Vec<usize>>) {
