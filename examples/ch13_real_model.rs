@@ -1,7 +1,8 @@
 //! Chapter 13, *Inside a real model*: all-MiniLM-L6-v2, a pretrained BERT encoder, run through
-//! the book's own layers: its 72 heads on one sentence, heads found by what they do, where
-//! "looking at nothing" goes, the entropy of every head, which sentences the model calls
-//! close, and what removing one head changes.
+//! the book's own layers: its 72 heads on one sentence, heads found by what they do (and the
+//! two positional ones on random token ids), where "looking at nothing" goes (the first
+//! position, whatever token is there), the entropy of every head, which sentences the model
+//! calls close, and what removing one head changes.
 //!
 //! ```text
 //! cargo run --release --example ch13_real_model [-- --out-dir DIR] [--help]
@@ -67,7 +68,7 @@ const TIME_SENTENCE: &str = "The quick brown fox jumps over the lazy dog near th
 const PATTERNS: [(Pattern, &str); 5] = [
     (Pattern::PreviousToken, "previous token"),
     (Pattern::NextToken, "next token"),
-    (Pattern::FirstToken, "[CLS] (first)"),
+    (Pattern::FirstToken, "first token ([CLS])"),
     (Pattern::LastToken, "[SEP] (last)"),
     (Pattern::SameToken, "same word elsewhere"),
 ];
@@ -75,15 +76,92 @@ const PATTERNS: [(Pattern, &str); 5] = [
 /// A head's score above which the report counts it as "parking" its weight on a token.
 const PARK: f64 = 0.5;
 
+/// How many random sequences the positional heads are tried on, and how many random pieces
+/// each holds between its `[CLS]` and `[SEP]` (seeds 1 to `RANDOM_RUNS`).
+const RANDOM_RUNS: u64 = 10;
+const RANDOM_LEN: usize = 20;
+
+/// The ids of `[CLS]` and `[SEP]` in the model's vocabulary.
+const CLS: u32 = 101;
+const SEP: u32 = 102;
+
 /// `layer.head`, the name of a head in the report and the figures (both counted from 0).
 fn head_name(layer: usize, head: usize) -> String {
     format!("{layer}.{head}")
 }
 
-/// The median of some numbers.
-fn median(mut v: Vec<f64>) -> f64 {
+/// The median of some numbers (the upper one of the two middle ones for an even count).
+fn median(v: Vec<f64>) -> f64 {
+    quantile(v, 0.5)
+}
+
+/// The number at `p` of the way through the sorted numbers (index `⌊p · n⌋`, as [`median`]).
+fn quantile(mut v: Vec<f64>, p: f64) -> f64 {
     v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
+    v[((p * v.len() as f64) as usize).min(v.len() - 1)]
+}
+
+/// How many heads put more than [`PARK`] of their weight, averaged over the queries of `r`, on
+/// key `key`.
+fn parked_on(r: &Run, key: usize) -> usize {
+    let share = |w: &ndarray::ArrayView2<f32>| f64::from(w.column(key).mean().unwrap_or(0.0));
+    r.weights.iter().flat_map(|layer| layer.outer_iter().map(|w| share(&w))).filter(|&s| s > PARK).count()
+}
+
+/// The grid sentence changed at its start, run through the model: what the first-position
+/// experiment of the chapter prints.
+fn first_position(encoder: &SentenceEncoder, out: &mut String) -> Result<(), Box<dyn Error>> {
+    let ids = encoder.tokenizer().encode(SENTENCE)?.ids;
+    let run = |ids: &[u32], first: usize| -> Result<Run, Box<dyn Error>> {
+        Ok(study::run_tokens(encoder, encoder.tokenizer().tokens_of(ids)?, first)?)
+    };
+    let without: Vec<u32> = ids[1..].to_vec();
+    let mut sep_first = ids.clone();
+    sep_first[0] = SEP;
+    let mut moved = without.clone();
+    moved.insert(6, CLS);
+    writeln!(out, "\nWhere the parked weight goes: the grid sentence changed at its start; heads over {PARK} on")?;
+    writeln!(out, "position 0 (the mean over the queries of the weight on the first token):")?;
+    let row = |out: &mut String, what: &str, n: usize, more: &str| writeln!(out, "  {what:<42} {n:>2}{more}");
+    row(out, "as the tokenizer gives it", parked_on(&run(&ids, 0)?, 0), "")?;
+    let no_cls = run(&without, 0)?;
+    let on_first = study::head_scores(std::slice::from_ref(&no_cls), Pattern::FirstToken)?;
+    let mut ratio = Vec::new();
+    for ((l, h), &v) in on_first.indexed_iter() {
+        if v > PARK {
+            ratio.push(study::head_writes(encoder, &no_cls, l, h)?.first_value_ratio());
+        }
+    }
+    let value = format!("\n    (its value through their rows of W_O: median {:.3} of a word's)", median(ratio));
+    let what = format!("without [CLS] (\"{}\" first)", no_cls.tokens.tokens[0]);
+    row(out, &what, parked_on(&no_cls, 0), &value)?;
+    row(out, "[SEP] in [CLS]'s place", parked_on(&run(&sep_first, 0)?, 0), "")?;
+    let m = run(&moved, 0)?;
+    row(out, "[CLS] moved to position 6", parked_on(&m, 0), &format!("   (on [CLS] itself: {})", parked_on(&m, 6)))?;
+    row(out, "positions 50 to 62 instead of 0 to 12", parked_on(&run(&ids, 50)?, 0), "")?;
+    Ok(())
+}
+
+/// Heads 0.2 and 1.8 on random token ids: what the positional experiment of the chapter prints.
+fn positional(encoder: &SentenceEncoder, out: &mut String) -> Result<(), Box<dyn Error>> {
+    let runs = (1..=RANDOM_RUNS)
+        .map(|seed| {
+            let mut ids = vec![CLS];
+            ids.extend(study::random_ids(RANDOM_LEN, 999..30522, seed));
+            ids.push(SEP);
+            Ok(study::run_tokens(encoder, encoder.tokenizer().tokens_of(&ids)?, 0)?)
+        })
+        .collect::<Result<Vec<_>, Box<dyn Error>>>()?;
+    let previous = study::head_scores(&runs, Pattern::PreviousToken)?;
+    let next = study::head_scores(&runs, Pattern::NextToken)?;
+    let first = study::head_scores(&runs, Pattern::FirstToken)?;
+    let ((lp, hp), p) = argmax(&previous);
+    let ((ln, hn), n) = argmax(&next);
+    writeln!(out, "\nOn random token ids: {RANDOM_RUNS} runs of [CLS], {RANDOM_LEN} random pieces, [SEP]")?;
+    writeln!(out, "(the first run: [CLS] {} ...)", runs[0].tokens.tokens[1..6].join(" "))?;
+    writeln!(out, "  best previous-token head {} {p:.3}, best next-token head {} {n:.3}", head_name(lp, hp), head_name(ln, hn))?;
+    writeln!(out, "  heads over {PARK} on the first token: {}", first.iter().filter(|&&v| v > PARK).count())?;
+    Ok(())
 }
 
 /// The largest entry of a `(layers, heads)` table and where it is.
@@ -129,6 +207,7 @@ fn findings(encoder: &SentenceEncoder) -> Result<Findings, Box<dyn Error>> {
         let over = table.iter().filter(|&&v| v > PARK).count();
         writeln!(out, "  {name:<20} best {:<34} heads over {PARK}: {over}", best.join(", "))?;
     }
+    positional(encoder, &mut out)?;
 
     let first = &scores[2];
     let (mut cls_ratio, mut parked_writes, mut other_writes) = (Vec::new(), Vec::new(), Vec::new());
@@ -144,11 +223,15 @@ fn findings(encoder: &SentenceEncoder) -> Result<Findings, Box<dyn Error>> {
         }
     }
     let parked = first.iter().filter(|&&v| v > PARK).count();
-    writeln!(out, "\n\"Looking at nothing\": the {parked} heads that put more than half their weight on [CLS]")?;
+    writeln!(out, "\nLooking at nothing: the {parked} heads with over half their weight on the first token, [CLS]")?;
+    writeln!(out, "  [CLS]'s value through the head's rows of W_O, over the other tokens' mean (340 cases):")?;
     writeln!(
         out,
-        "  [CLS]'s value through the head's rows of W_O, over the other tokens' mean: median {:.3}",
-        median(cls_ratio)
+        "    median {:.3}, quartiles {:.3} and {:.3}, largest {:.3}",
+        median(cls_ratio.clone()),
+        quantile(cls_ratio.clone(), 0.25),
+        quantile(cls_ratio.clone(), 0.75),
+        cls_ratio.iter().copied().fold(0.0, f64::max)
     )?;
     writeln!(
         out,
@@ -157,12 +240,13 @@ fn findings(encoder: &SentenceEncoder) -> Result<Findings, Box<dyn Error>> {
         layers * heads - parked,
         median(other_writes)
     )?;
+    first_position(encoder, &mut out)?;
 
     let entropy = study::entropies(&runs)?;
     let ((l_min, h_min), _) = argmax(&entropy.mapv(|e| -e));
     let ((l_max, h_max), e_max) = argmax(&entropy);
-    let mean_len = queries as f64 / runs.len() as f64;
-    writeln!(out, "\nMean entropy of a row (nats; uniform over the {mean_len:.1} tokens of an average sentence: {:.3}):", mean_len.ln())?;
+    let uniform = runs.iter().map(|r| (r.tokens.ids.len() as f64).ln()).sum::<f64>() / runs.len() as f64;
+    writeln!(out, "\nMean entropy of a row (nats; a uniform row's, ln L, averaged over the sentences: {uniform:.3}):")?;
     writeln!(out, "  sharpest head {} {:.4}, flattest head {} {e_max:.3}", head_name(l_min, h_min), entropy[[l_min, h_min]], head_name(l_max, h_max))?;
     for (l, row) in entropy.outer_iter().enumerate() {
         writeln!(out, "  layer {l}: mean {:.3}", row.mean().unwrap_or(0.0))?;
@@ -186,20 +270,37 @@ fn findings(encoder: &SentenceEncoder) -> Result<Findings, Box<dyn Error>> {
     Ok(Findings { grid_run, entropy, similarity, ablation, report: out })
 }
 
-/// The 6 × 12 grid of one run's heads, one panel per head, titled `layer.head`.
+/// Up to this many tokens, the grid's panels are labelled with the tokens (beyond, with their
+/// positions, which stay legible).
+const LABELLED: usize = 32;
+
+/// The 6 × 12 grid of one run's heads, one panel per head, titled `layer.head`, its rows and
+/// columns labelled with the tokens.
 fn head_grid(r: &Run, title: &str) -> HeatmapGrid {
     let mut grid = HeatmapGrid::new().title(title);
     for (l, layer) in r.weights.iter().enumerate() {
         for (h, w) in layer.outer_iter().enumerate() {
-            grid = grid.panel(Panel::new(&w.mapv(f64::from)).title(head_name(l, h)));
+            let mut panel = Panel::new(&w.mapv(f64::from)).title(head_name(l, h));
+            if r.tokens.tokens.len() <= LABELLED {
+                panel = panel.labels(&r.tokens.tokens);
+            }
+            grid = grid.panel(panel);
         }
     }
     grid.columns(r.weights[0].shape()[0]).range(ValueRange::Fixed(0.0, 1.0)).colorbar_label("attention weight")
 }
 
-/// The data of the interactive head view: every layer's heads for one run.
-fn head_view(id: &str, r: &Run, title: &str) -> Result<HeadView, Box<dyn Error>> {
+/// The head all-MiniLM-L6-v2's views open on: 0.2, the previous-token head, one line per token,
+/// where all twelve heads at once would be a tangle of faint lines.
+const OPENING: (usize, Option<usize>) = (0, Some(2));
+
+/// The data of the interactive head view: every layer's heads for one run, opening on `start`
+/// (`None`: the first layer, all heads).
+fn head_view(id: &str, r: &Run, title: &str, start: Option<(usize, Option<usize>)>) -> Result<HeadView, Box<dyn Error>> {
     let mut view = HeadView::new(id, &r.tokens.tokens, &r.tokens.tokens).title(title);
+    if let Some((layer, head)) = start {
+        view = view.start(layer, head);
+    }
     for (l, w) in r.weights.iter().enumerate() {
         view = view.layer(&format!("layer {l}"), w.mapv(f64::from).view())?;
     }
@@ -218,7 +319,7 @@ pub fn render_figures(out_dir: &Path) -> Result<Vec<PathBuf>, Box<dyn Error>> {
     let encoder = SentenceEncoder::load(pretrained::minilm_dir())?;
     let f = findings(&encoder)?;
 
-    let grid = head_grid(&f.grid_run, &format!("\"{SENTENCE}\": every head (layer.head), rows = queries"))
+    let grid = head_grid(&f.grid_run, &format!("\"{SENTENCE}\": every head (layer.head), rows = queries, columns = keys"))
         .save(out_dir.join("ch13_heads.png"))?;
     let entropy = by_layer_and_head(&f.entropy)
         .title("Mean entropy of each head's rows (nats)")
@@ -240,7 +341,7 @@ pub fn render_figures(out_dir: &Path) -> Result<Vec<PathBuf>, Box<dyn Error>> {
         .precision(3)
         .save(out_dir.join("ch13_ablation.png"))?;
     let view = out_dir.join("ch13_head_view.js");
-    head_view("ch13", &f.grid_run, SENTENCE)?.write_data_script(&view)?;
+    head_view("ch13", &f.grid_run, SENTENCE, Some(OPENING))?.write_data_script(&view)?;
 
     let text = out_dir.join("ch13_output.txt");
     std::fs::write(&text, &f.report)?;
@@ -302,7 +403,9 @@ fn yours(encoder: &SentenceEncoder, cli: &Cli, text: &str) -> Result<(), Box<dyn
     let grid = head_grid(&r, &format!("\"{}\": every head (layer.head)", shorten(text, 60))).save(&cli.out)?;
     println!("wrote {}", grid.display());
     if let Some(path) = &cli.view {
-        head_view("yours", &r, text)?.write_html(path)?;
+        // Head 0.2 is the committed model's previous-token head; another model opens on all heads.
+        let start = if cli.model.is_none() { Some(OPENING) } else { None };
+        head_view("yours", &r, text, start)?.write_html(path)?;
         println!("wrote {}", path.display());
     }
     Ok(())

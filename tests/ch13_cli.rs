@@ -41,6 +41,28 @@ fn your_sentence_draws_its_heads_and_a_view() {
     assert!(std::fs::read(&png).unwrap().starts_with(b"\x89PNG"));
     let page = std::fs::read_to_string(&html).unwrap();
     assert!(page.contains("attention") && page.contains("[CLS]"), "the page holds the tokens");
+    // It opens on head 0.2, the previous-token head, as the chapter's view does.
+    assert!(page.contains(r#""start":{"layer":0,"head":2}"#), "the page opens on head 0.2");
+}
+
+#[test]
+fn another_models_view_opens_on_all_heads() {
+    let dir = tempfile::tempdir().unwrap();
+    let (png, html) = (dir.path().join("tiny.png"), dir.path().join("tiny.html"));
+    let model = pretrained::minilm_dir().join("../../tests/fixtures/tiny-bert/model");
+    let args = [
+        "a cat",
+        "--model",
+        model.to_str().unwrap(),
+        "--out",
+        png.to_str().unwrap(),
+        "--view",
+        html.to_str().unwrap(),
+    ];
+    ch13::main_with(cli(&args)).unwrap();
+    let page = std::fs::read_to_string(&html).unwrap();
+    assert!(page.contains(r#""layers":[{"label":"layer 0""#), "{}", &page[..200]);
+    assert!(!page.contains(r#""start":"#), "no head chosen for another model");
 }
 
 #[test]

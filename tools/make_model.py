@@ -483,8 +483,8 @@ used by chapter 13 of this book ("Inside a real model") and by the `pretrained` 
 
 In Python the copy loads offline with
 `SentenceTransformer(dir, model_kwargs={{"dtype": torch.float32}})` or
-`AutoModel.from_pretrained(dir, dtype=torch.float32)`: without the dtype, transformers 5 keeps
-the weights in float16.
+`AutoModel.from_pretrained(dir, dtype=torch.float32)`: without the dtype, both
+sentence-transformers 6 and transformers 5 keep the weights in float16.
 
 ## Regenerating
 

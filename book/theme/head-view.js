@@ -6,8 +6,8 @@
 //     <div class="head-view" data-head-view="ID"> static picture (optional) </div>
 //
 // from the data registered as window.attentionHeadViews["ID"], which figures::HeadView writes
-// (crates/figures/src/head_view.rs: title, axes, queries, keys, heads, and layers of
-// [head][query][key] weights). Each view keeps its state in its own object and touches only
+// (crates/figures/src/head_view.rs: title, axes, queries, keys, heads, layers of
+// [head][query][key] weights, and optionally start: the layer and head to open on). Each view keeps its state in its own object and touches only
 // its own element, so several views on one page do not interfere. The static picture stays
 // until the view is drawn, and for print (head-view.css); without JavaScript it is all there is.
 //
@@ -72,9 +72,10 @@
     constructor(host, data) {
       this.host = host;
       this.d = data;
+      const start = opening(data);
       this.s = {
-        layer: 0,
-        head: data.heads > 1 ? -1 : 0, // -1: every head of the layer
+        layer: start.layer,
+        head: start.head, // -1: every head of the layer
         mode: "lines",
         hover: null, // {side: "q"|"k", index}
         focus: null,
@@ -103,6 +104,7 @@
       if (d.layers.length > 1) {
         this.layerSelect = el("select", { class: "hv-layer" },
           d.layers.map((l, i) => el("option", { value: String(i), text: String(l.label) })));
+        this.layerSelect.value = String(this.s.layer);
         this.layerSelect.addEventListener("change", () => {
           this.s.layer = Number(this.layerSelect.value);
           this.draw();
@@ -114,6 +116,7 @@
         const options = [el("option", { value: "-1", text: `all ${d.heads}` })];
         for (let h = 0; h < d.heads; h++) options.push(el("option", { value: String(h), text: `${headWord} ${h}` }));
         this.headSelect = el("select", { class: "hv-head" }, options);
+        this.headSelect.value = String(this.s.head);
         this.headSelect.addEventListener("change", () => this.setHead(Number(this.headSelect.value)));
         controls.appendChild(el("label", { class: "hv-control" },
           [el("span", { text: capital(headWord) + " " }), this.headSelect]));
@@ -144,9 +147,6 @@
       controls.appendChild(modes);
       root.appendChild(controls);
 
-      this.readout = el("div", { class: "hv-readout", "aria-live": "polite" });
-      root.appendChild(this.readout);
-
       this.queryList = this.tokenList("q", d.queries, "queries (attending from)");
       this.keyList = this.tokenList("k", d.keys, "keys (attended to)");
       this.canvas = el("canvas", { class: "hv-canvas", "aria-hidden": "true" });
@@ -161,6 +161,9 @@
       ]);
       this.scroller = el("div", { class: "hv-scroll" }, [this.body]);
       root.appendChild(this.scroller);
+      // Below the drawing, where the eye goes after pointing at a token.
+      this.readout = el("div", { class: "hv-readout", "aria-live": "polite" });
+      root.appendChild(this.readout);
       this.root = root;
       this.host.appendChild(root);
 
@@ -537,7 +540,7 @@
 
     writeReadout(p) {
       const d = this.d, h = this.s.head;
-      const which = d.heads === 1 ? "" : h >= 0 ? `${this.headWord} ${h}` : `mean of ${d.heads} ${this.headWord}s`;
+      const which = d.heads === 1 ? "" : h >= 0 ? `${this.headWord} ${h}` : `the mean of the ${d.heads} ${this.headWord}s`;
       const suffix = which ? ` (${which})` : "";
       const scale = this.s.mode === "matrix"
         ? ` Shading: none for 0, full colour for ${this.matrixMax.toFixed(3)}, the largest weight shown.` : "";
@@ -550,8 +553,13 @@
       if (!p) {
         const top = this.s.mode === "lines" && this.restingTop
           ? ` Until then each query shows its ${RESTING_TOP} largest weights.` : "";
+        const all = d.heads > 1 && h < 0
+          ? (this.s.mode === "lines"
+            ? ` All ${d.heads} ${this.headWord}s: each draws its own lines in its own colour, and the weights printed here are their mean.`
+            : ` All ${d.heads} ${this.headWord}s: each cell shows their mean.`)
+          : "";
         this.readout.textContent = "Point at a token (mouse, or Tab and the arrow keys) to see its weights; " +
-          `click or Enter keeps it.${top}${scale}`;
+          `click or Enter keeps it.${all}${top}${scale}`;
         return;
       }
       const from = p.side === "q";
@@ -584,6 +592,16 @@
         this.where += other.where;
       },
     };
+  }
+
+  /** The layer and head a view opens on: the data's `start` if it names ones the view has
+   *  (head null: all of them), else the first layer with all its heads. */
+  function opening(d) {
+    const all = d.heads > 1 ? -1 : 0;
+    const st = d.start && typeof d.start === "object" ? d.start : null;
+    const inRange = (v, n) => Number.isInteger(v) && v >= 0 && v < n;
+    if (!st || !inRange(st.layer, d.layers.length)) return { layer: 0, head: all };
+    return { layer: st.layer, head: inRange(st.head, d.heads) ? st.head : all };
   }
 
   function capital(word) {

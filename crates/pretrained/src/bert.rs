@@ -83,7 +83,8 @@ impl Embeddings {
     }
 
     // ANCHOR_END: embeddings
-    /// The input of the first layer for one sequence of token ids: `(L, d_model)`.
+    /// The input of the first layer for one sequence of token ids: `(L, d_model)`, with the
+    /// positions' rows `0 .. L` ([`Embeddings::forward_from`] with `first` = 0).
     ///
     /// ```
     /// use pretrained::Bert;
@@ -94,9 +95,30 @@ impl Embeddings {
     /// ```
     // ANCHOR: embeddings
     pub fn forward(&self, ids: &[u32]) -> Result<Array2<f32>> {
+        self.forward_from(ids, 0)
+    }
+
+    // ANCHOR_END: embeddings
+    /// As [`Embeddings::forward`], with the positions' rows `first .. first + L` instead of
+    /// `0 .. L`: what transformers computes when given `position_ids` that start at `first`.
+    /// Chapter *Inside a real model* uses it to ask whether a head follows the first token or
+    /// position 0. The last row must stay inside the table.
+    ///
+    /// ```
+    /// use pretrained::Bert;
+    ///
+    /// let bert = Bert::load(pretrained::minilm_dir()).unwrap();
+    /// let e = bert.embeddings();
+    /// let ids = [101, 7592, 102];
+    /// assert_eq!(e.forward_from(&ids, 0).unwrap(), e.forward(&ids).unwrap());
+    /// assert_ne!(e.forward_from(&ids, 50).unwrap(), e.forward(&ids).unwrap());
+    /// assert!(e.forward_from(&ids, 510).is_err()); // position 512 is not in the table
+    /// ```
+    // ANCHOR: embeddings
+    pub fn forward_from(&self, ids: &[u32], first: usize) -> Result<Array2<f32>> {
         let ids: Vec<usize> = ids.iter().map(|&id| id as usize).collect();
         let words = self.words.lookup(&ids)?; // (L, d_model)
-        let positions = self.positions.lookup(0, ids.len())?; // rows 0..L
+        let positions = self.positions.lookup(first, ids.len())?; // rows first..first + L
         let x = words + positions + self.token_type.row(0);
         Ok(self.norm.apply(&x)?)
     }

@@ -3,7 +3,8 @@
 //!
 //! A head is named `layer.head`, both counted from 0 (`0.2` is head 2 of the first layer).
 //!
-//! Anchors (below the doc comments): `run`, `head_scores`, `head_writes`, `ablation`.
+//! Anchors (below the doc comments): `run`, `run_tokens`, `head_scores`, `head_writes`,
+//! `ablation`.
 
 use ndarray::{Array2, Array3, ArrayRef2, Axis, s};
 
@@ -53,6 +54,70 @@ pub fn run(encoder: &SentenceEncoder, text: &str) -> Result<Run> {
     Ok(Run { tokens, weights, inputs })
 }
 // ANCHOR_END: run
+
+/// As [`run`], for tokens given rather than made from a text (such as
+/// [`Tokenizer::tokens_of`](crate::Tokenizer::tokens_of) of a sentence without its `[CLS]`),
+/// with the positions' rows starting at `first`
+/// ([`Embeddings::forward_from`](crate::Embeddings::forward_from)). With the tokenizer's own
+/// tokens and `first` = 0 it is [`run`], bit for bit.
+///
+/// ```
+/// use pretrained::{SentenceEncoder, study};
+///
+/// let encoder = SentenceEncoder::load(pretrained::minilm_dir()).unwrap();
+/// let tokens = encoder.tokenizer().encode("Hello world").unwrap();
+/// let same = study::run_tokens(&encoder, tokens.clone(), 0).unwrap();
+/// assert_eq!(same.weights, study::run(&encoder, "Hello world").unwrap().weights);
+/// let later = study::run_tokens(&encoder, tokens.clone(), 50).unwrap();
+/// assert_ne!(later.weights, same.weights); // other position rows, other weights
+/// assert!(study::run_tokens(&encoder, tokens, 510).is_err()); // past position 511
+/// ```
+// ANCHOR: run_tokens
+pub fn run_tokens(encoder: &SentenceEncoder, tokens: Tokens, first: usize) -> Result<Run> {
+    let bert = encoder.bert();
+    let x = bert.embeddings().forward_from(&tokens.ids, first)?; // positions first..first + L
+    let mut x = x.insert_axis(Axis(0)); // a batch of one, (1, L, d_model)
+    let (mut weights, mut inputs) = (Vec::new(), Vec::new());
+    for layer in bert.layers() {
+        inputs.push(x.index_axis(Axis(0), 0).to_owned());
+        let out = layer.forward(&x, None)?;
+        weights.push(out.weights.index_axis(Axis(0), 0).to_owned());
+        x = out.hidden;
+    }
+    Ok(Run { tokens, weights, inputs })
+}
+// ANCHOR_END: run_tokens
+
+/// `n` token ids drawn from `ids` by a seeded generator (SplitMix64, written out here so that
+/// every machine draws the same ids; the remainder's bias towards low ids is below `1e-14`). For all-MiniLM-L6-v2, `999..30522` holds
+/// the vocabulary's ordinary pieces: below 999 are `[PAD]`, `[UNK]`, `[CLS]`, `[SEP]`,
+/// `[MASK]` and the `[unused…]` rows.
+///
+/// # Panics
+///
+/// If `ids` is empty.
+///
+/// ```
+/// let ids = pretrained::study::random_ids(20, 999..30522, 13);
+/// assert_eq!(ids.len(), 20);
+/// assert!(ids.iter().all(|&id| (999..30522).contains(&id)));
+/// assert_eq!(ids, pretrained::study::random_ids(20, 999..30522, 13)); // the same seed, the same ids
+/// assert_ne!(ids, pretrained::study::random_ids(20, 999..30522, 14));
+/// ```
+pub fn random_ids(n: usize, ids: std::ops::Range<u32>, seed: u64) -> Vec<u32> {
+    assert!(ids.start < ids.end, "no ids to draw from: {ids:?}");
+    let (mut state, span) = (seed, u64::from(ids.end - ids.start));
+    (0..n)
+        .map(|_| {
+            state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
+            let mut z = state;
+            z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+            z ^= z >> 31;
+            ids.start + (z % span) as u32
+        })
+        .collect()
+}
 
 /// How strongly every head follows `pattern` (see [`pattern_score`]), averaged over the runs:
 /// `(layers, heads)`. A run in which the pattern applies to no query (no repeated word, for

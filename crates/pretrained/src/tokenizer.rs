@@ -148,6 +148,34 @@ impl Tokenizer {
         })
     }
     // ANCHOR_END: encode
+
+    /// The [`Tokens`] of ids chosen by hand rather than made from a text (a sentence without
+    /// its `[CLS]`, random ids): each id with its token string from the vocabulary, as given,
+    /// nothing added. Fails on an empty list or an id outside the vocabulary.
+    ///
+    /// ```
+    /// use pretrained::Tokenizer;
+    ///
+    /// let tokenizer = Tokenizer::from_dir(&pretrained::minilm_dir()).unwrap();
+    /// let t = tokenizer.tokens_of(&[7592, 2088, 102]).unwrap();
+    /// assert_eq!(t.tokens, ["hello", "world", "[SEP]"]);
+    /// assert!(tokenizer.tokens_of(&[]).is_err());
+    /// assert!(tokenizer.tokens_of(&[30522]).is_err());
+    /// ```
+    pub fn tokens_of(&self, ids: &[u32]) -> Result<Tokens> {
+        if ids.is_empty() {
+            return Err(PretrainedError::Input("no token ids".into()));
+        }
+        let tokens = ids
+            .iter()
+            .map(|&id| {
+                self.whole.id_to_token(id).ok_or_else(|| {
+                    PretrainedError::Input(format!("token id {id} is not in the vocabulary"))
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Tokens { ids: ids.to_vec(), tokens, truncated_from: None })
+    }
 }
 
 /// Reads a JSON file that may be absent: `Ok(None)` when it does not exist.
