@@ -422,21 +422,121 @@ mod tests {
         assert_eq!(ln(0.0_f64), f64::NEG_INFINITY);
     }
 
+    /// The version `Cargo.lock` resolves `dependency` of the package `name` (at `version`, when
+    /// the lock holds several versions of it) to: the dependency's line in that package's
+    /// `[[package]]` entry names its version when the lock holds several (`"rand 0.9.5"`), and
+    /// only its name when it holds one (`"libm"`), which is then the only entry of that name.
+    fn locked_dependency(
+        lock: &str,
+        (name, version): (&str, Option<&str>),
+        dependency: &str,
+    ) -> Option<String> {
+        // Each `[[package]]` entry: its name, its version and its dependency lines.
+        let entries: Vec<(&str, &str, Vec<&str>)> = lock
+            .split("[[package]]")
+            .skip(1)
+            .map(|entry| {
+                let field = |key: &str| {
+                    entry
+                        .lines()
+                        .find_map(|line| line.strip_prefix(key)?.strip_prefix(" = \""))
+                        .and_then(|rest| rest.strip_suffix('"'))
+                        .unwrap_or_default()
+                };
+                let dependencies = entry
+                    .split_once("dependencies = [")
+                    .map(|(_, rest)| rest.split(']').next().unwrap_or_default())
+                    .unwrap_or_default()
+                    .lines()
+                    .map(|line| line.trim().trim_end_matches(',').trim_matches('"'))
+                    .filter(|line| !line.is_empty())
+                    .collect();
+                (field("name"), field("version"), dependencies)
+            })
+            .collect();
+        let mut packages = entries
+            .iter()
+            .filter(|(n, v, _)| *n == name && version.is_none_or(|version| *v == version));
+        let (_, _, dependencies) = packages.next()?;
+        if packages.next().is_some() {
+            return None; // several versions of the package: say which
+        }
+        let line = dependencies.iter().find(|d| d.split(' ').next() == Some(dependency))?;
+        match line.split_once(' ') {
+            Some((_, version)) => Some(version.to_string()),
+            None => {
+                let mut named = entries.iter().filter(|(n, _, _)| *n == dependency);
+                let (_, version, _) = named.next()?;
+                named.next().is_none().then(|| version.to_string())
+            }
+        }
+    }
+
+    /// What chapter 11 says the lock file pins, as `locked_dependency` reads it: the attention
+    /// crate's own `libm` and rand, and the `rand_chacha` of that rand (its `StdRng` is
+    /// rand_chacha's ChaCha12). `Err` names the first that moved.
+    fn pins_chapter_11s_versions(lock: &str) -> Result<(), String> {
+        for (package, dependency, expected) in [
+            (("attention", None), "libm", "0.2.16"),
+            (("attention", None), "rand", "0.9.5"),
+            (("rand", Some("0.9.5")), "rand_chacha", "0.9.0"),
+        ] {
+            let found = locked_dependency(lock, package, dependency);
+            if found.as_deref() != Some(expected) {
+                return Err(format!(
+                    "Cargo.lock resolves {}'s {dependency} to {found:?}, not {expected}: check \
+                     what chapter 11 says of it",
+                    package.0
+                ));
+            }
+        }
+        Ok(())
+    }
+
     /// Chapter 11 (the fold "Why these chapters compute through `exact`") names the versions
     /// whose source it describes: `libm` 0.2.16, where `exp` and `log` are replaced by no
     /// processor instruction on x86-64 or aarch64, and rand 0.9.5, whose `StdRng` is ChaCha12
-    /// and not promised to stay so. A `cargo update` that moves either fails here, so that those
-    /// claims are read again, and the chapter updated, before the versions change.
+    /// (from `rand_chacha` 0.9.0) and not promised to stay so. A `cargo update` that moves any of
+    /// them, as this crate resolves them (other crates of the workspace may pull in other
+    /// versions), fails here, so that those claims are read again, and the chapter updated,
+    /// before the versions change.
     #[test]
     fn the_lock_file_pins_the_versions_chapter_11_names() {
         let lock = include_str!("../../../Cargo.lock");
-        for (name, version) in [("libm", "0.2.16"), ("rand", "0.9.5")] {
-            let entry = format!("name = \"{name}\"\nversion = \"{version}\"\n");
-            assert!(
-                lock.contains(&entry),
-                "Cargo.lock no longer pins {name} {version}: check what chapter 11 says of it"
-            );
-        }
+        assert_eq!(pins_chapter_11s_versions(lock), Ok(()));
+    }
+
+    /// The check above fails when the lock moves one of the versions, even while the old
+    /// version stays in the lock for another crate.
+    #[test]
+    fn the_pin_check_sees_a_moved_version() {
+        let lock = include_str!("../../../Cargo.lock");
+        let attention = |lock: &str| {
+            let (_, rest) = lock.split_once("name = \"attention\"\n").unwrap();
+            rest.split("[[package]]").next().unwrap().to_string()
+        };
+        let entry = attention(lock);
+        assert!(entry.contains("\"rand 0.9.5\","), "{entry}");
+        // attention on rand 0.10.3 (also in the lock), while rand 0.9.5 stays for others.
+        let moved =
+            lock.replacen(&entry, &entry.replace("\"rand 0.9.5\",", "\"rand 0.10.3\","), 1);
+        let err = pins_chapter_11s_versions(&moved).unwrap_err();
+        assert!(err.contains("attention's rand to Some(\"0.10.3\")"), "{err}");
+        assert!(moved.contains("name = \"rand\"\nversion = \"0.9.5\"\n"));
+        // rand_chacha moved under rand 0.9.5.
+        let chacha = "name = \"rand_chacha\"\nversion = \"0.9.0\"\n";
+        assert!(lock.contains(chacha));
+        let moved = lock.replacen(chacha, "name = \"rand_chacha\"\nversion = \"0.9.1\"\n", 1);
+        let err = pins_chapter_11s_versions(&moved).unwrap_err();
+        assert!(err.contains("rand's rand_chacha to Some(\"0.9.1\")"), "{err}");
+        // libm moved: a single version, named without one.
+        let libm = "name = \"libm\"\nversion = \"0.2.16\"\n";
+        let moved = lock.replacen(libm, "name = \"libm\"\nversion = \"0.2.17\"\n", 1);
+        let err = pins_chapter_11s_versions(&moved).unwrap_err();
+        assert!(err.contains("attention's libm to Some(\"0.2.17\")"), "{err}");
+        // A dependency the crate no longer has.
+        let dropped = lock.replacen(&entry, &entry.replace(" \"libm\",\n", ""), 1);
+        assert!(pins_chapter_11s_versions(&dropped).unwrap_err().contains("libm to None"));
     }
 
     #[test]

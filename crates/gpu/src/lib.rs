@@ -196,6 +196,22 @@ impl Gpu {
     pub fn limits(&self) -> &wgpu::Limits {
         &self.limits
     }
+
+    /// The `wgpu` device itself, for work of one's own on the adapter and limits this `Gpu`
+    /// chose (the crate's tests make pipelines of their own on it). Work on it should sit in
+    /// error scopes: what the device reports outside them goes to `wgpu`'s default handler,
+    /// which panics.
+    ///
+    /// ```
+    /// # fn main() -> gpu::Result<()> {
+    /// let Some(gpu) = gpu::Gpu::optional()? else { return Ok(()) };
+    /// assert_eq!(&gpu.device().limits(), gpu.limits());
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn device(&self) -> &wgpu::Device {
+        &self.device
+    }
 }
 
 /// `"22.3.6"` from a driver description such as `"Mesa 22.3.6 (LLVM 15.0.6)"`.
