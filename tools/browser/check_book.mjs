@@ -242,7 +242,11 @@ async function main() {
     try {
       const [foldProblems, folds] = await checkFolds(page, origin, file);
       problems.push(...foldProblems.map(p => `folds: ${p}`));
-      if (folds > 0) foldNote = `, ${folds} fold(s) closed, opened by a click, a link and print`;
+      if (folds > 0) {
+        foldNote = file === "print.html"
+          ? `, ${folds} fold(s) open for printing`
+          : `, ${folds} fold(s) closed, opened by a click, a link and print`;
+      }
     } catch (e) {
       problems.push(`folds: ${e.message.split("\n")[0]}`);
     }
