@@ -1,7 +1,7 @@
 //! Chapter 13, *Inside a real model*: all-MiniLM-L6-v2, a pretrained BERT encoder, run through
 //! the book's own layers: its 72 heads on one sentence, heads found by what they do (and the
-//! two positional ones on random token ids), where "looking at nothing" goes (the first
-//! position, whatever token is there), the entropy of every head, which sentences the model
+//! two positional ones on random token ids), where "looking at nothing" goes (position 0, and
+//! the token `[CLS]` wherever it stands), the entropy of every head, which sentences the model
 //! calls close, and what removing one head changes.
 //!
 //! ```text
@@ -101,15 +101,20 @@ fn quantile(mut v: Vec<f64>, p: f64) -> f64 {
     v[((p * v.len() as f64) as usize).min(v.len() - 1)]
 }
 
-/// How many heads put more than [`PARK`] of their weight, averaged over the queries of `r`, on
-/// key `key`.
-fn parked_on(r: &Run, key: usize) -> usize {
-    let share = |w: &ndarray::ArrayView2<f32>| f64::from(w.column(key).mean().unwrap_or(0.0));
-    r.weights.iter().flat_map(|layer| layer.outer_iter().map(|w| share(&w))).filter(|&s| s > PARK).count()
+/// How many heads put more than [`PARK`] of their weight, averaged over the queries, on the
+/// keys `keys` together (one key: on that key).
+fn parked_on(r: &Run, keys: &[usize]) -> usize {
+    let together = keys.iter().map(|&k| study::weight_on(r, k)).reduce(|a, b| a + b);
+    together.map_or(0, |w| w.iter().filter(|&&s| s > PARK).count())
 }
 
-/// The grid sentence changed at its start, run through the model: what the first-position
-/// experiment of the chapter prints.
+/// The mean over the heads of the weight on `key`, averaged over the queries.
+fn mean_on(r: &Run, key: usize) -> f64 {
+    study::weight_on(r, key).mean().unwrap_or(0.0)
+}
+
+/// The grid sentence changed at its start, run through the model: what the experiment of the
+/// chapter prints, the weight on position 0 and on the token `[CLS]` wherever it stands.
 fn first_position(encoder: &SentenceEncoder, out: &mut String) -> Result<(), Box<dyn Error>> {
     let ids = encoder.tokenizer().encode(SENTENCE)?.ids;
     let run = |ids: &[u32], first: usize| -> Result<Run, Box<dyn Error>> {
@@ -118,32 +123,83 @@ fn first_position(encoder: &SentenceEncoder, out: &mut String) -> Result<(), Box
     let without: Vec<u32> = ids[1..].to_vec();
     let mut sep_first = ids.clone();
     sep_first[0] = SEP;
-    let mut moved = without.clone();
-    moved.insert(6, CLS);
-    writeln!(out, "\nWhere the parked weight goes: the grid sentence changed at its start; heads over {PARK} on")?;
-    writeln!(out, "position 0 (the mean over the queries of the weight on the first token):")?;
-    let row = |out: &mut String, what: &str, n: usize, more: &str| writeln!(out, "  {what:<42} {n:>2}{more}");
-    row(out, "as the tokenizer gives it", parked_on(&run(&ids, 0)?, 0), "")?;
+    let with_at = |ids: &[u32], at: usize, id: u32| {
+        let mut v = ids.to_vec();
+        v.insert(at, id);
+        v
+    };
+    writeln!(out, "\nWhere the parked weight goes: the grid sentence changed at its start. The weight a head puts")?;
+    writeln!(out, "on a key, averaged over the queries: its mean over the 72 heads, and how many heads put over")?;
+    writeln!(out, "{PARK} there (one column: over 0.2), on position 0, on [CLS] where it is not at 0, and on both:")?;
+    writeln!(out, "{:<40}{:>12}   {:>17}   {:>6}", "", "position 0", "[CLS] elsewhere", "both")?;
+    writeln!(out, "{:<40}{:>6} {:>5}   {:>5} {:>5} {:>5}   {:>6}", "", "mean", ">0.5", "mean", ">0.5", ">0.2", ">0.5")?;
+    let row = |out: &mut String, what: &str, r: &Run, cls: Option<usize>| -> std::fmt::Result {
+        write!(out, "  {what:<38}{:>6.3} {:>5}", mean_on(r, 0), parked_on(r, &[0]))?;
+        if let Some(k) = cls {
+            let over = study::weight_on(r, k).iter().filter(|&&w| w > 0.2).count();
+            write!(out, "   {:>5.3} {:>5} {over:>5}   {:>6}", mean_on(r, k), parked_on(r, &[k]), parked_on(r, &[0, k]))?;
+        }
+        writeln!(out)
+    };
+    row(out, "as the tokenizer gives it", &run(&ids, 0)?, None)?;
     let no_cls = run(&without, 0)?;
-    let on_first = study::head_scores(std::slice::from_ref(&no_cls), Pattern::FirstToken)?;
+    row(out, &format!("without [CLS] (\"{}\" first)", no_cls.tokens.tokens[0]), &no_cls, None)?;
+    let on_first = study::weight_on(&no_cls, 0);
     let mut ratio = Vec::new();
     for ((l, h), &v) in on_first.indexed_iter() {
         if v > PARK {
             ratio.push(study::head_writes(encoder, &no_cls, l, h)?.first_value_ratio());
         }
     }
-    let value = format!("\n    (its value through their rows of W_O: median {:.3} of a word's)", median(ratio));
-    let what = format!("without [CLS] (\"{}\" first)", no_cls.tokens.tokens[0]);
-    row(out, &what, parked_on(&no_cls, 0), &value)?;
-    row(out, "[SEP] in [CLS]'s place", parked_on(&run(&sep_first, 0)?, 0), "")?;
-    let m = run(&moved, 0)?;
-    row(out, "[CLS] moved to position 6", parked_on(&m, 0), &format!("   (on [CLS] itself: {})", parked_on(&m, 6)))?;
-    row(out, "positions 50 to 62 instead of 0 to 12", parked_on(&run(&ids, 50)?, 0), "")?;
+    writeln!(out, "    (its value through their rows of W_O: median {:.3} of a word's)", median(ratio))?;
+    row(out, "[SEP] in [CLS]'s place", &run(&sep_first, 0)?, None)?;
+    let moved = run(&with_at(&without, 6, CLS), 0)?;
+    row(out, "[CLS] moved to position 6", &moved, Some(6))?;
+    let second = run(&with_at(&ids, 7, CLS), 0)?;
+    row(out, "a second [CLS] at position 7", &second, Some(7))?;
+    row(out, "positions 50 to 62 instead of 0 to 12", &run(&ids, 50)?, None)?;
+    row(out, "without [CLS], positions 50 to 62", &run(&without, 50)?, None)?;
+
+    // [CLS] moved: how far each head goes towards it, and what its value is there.
+    let (w0, w6) = (study::weight_on(&moved, 0), study::weight_on(&moved, 6));
+    let mut split = Vec::new();
+    let (mut cls_value, mut first_value) = (Vec::new(), Vec::new());
+    for ((l, h), &a) in w0.indexed_iter() {
+        let b = w6[[l, h]];
+        if a + b > PARK {
+            let writes = study::head_writes(encoder, &moved, l, h)?;
+            cls_value.push(writes.value_ratio(6, &[0]));
+            first_value.push(writes.value_ratio(0, &[6]));
+            if a <= PARK && b <= PARK {
+                split.push(((l, h), a, b));
+            }
+        }
+    }
+    split.sort_by(|x, y| (y.1 + y.2).total_cmp(&(x.1 + x.2)));
+    let most: Vec<String> =
+        split.iter().take(3).map(|((l, h), a, b)| format!("{} ({a:.2}, {b:.2})", head_name(*l, *h))).collect();
+    let over_03 = w6.iter().filter(|&&w| w > 0.3).count();
+    writeln!(out, "[CLS] moved to position 6: {over_03} heads over 0.3 on it. {} heads put over {PARK} on both and on", split.len())?;
+    writeln!(out, "  neither alone, the most: {}.", most.join(", "))?;
+    writeln!(
+        out,
+        "  [CLS]'s value through W_O in the {} heads over {PARK} on both: median {:.3} of a word's\n  (position 0's: {:.3})",
+        cls_value.len(),
+        median(cls_value),
+        median(first_value)
+    )?;
+    let controls: [(&str, u32); 4] = [("[SEP]", SEP), ("\".\"", 1012), ("\"dog\"", 3899), ("[MASK]", 103)];
+    let mut others = Vec::new();
+    for (name, id) in controls {
+        let r = run(&with_at(&without, 6, id), 0)?;
+        others.push(format!("{name} {:.3}", mean_on(&r, 6)));
+    }
+    writeln!(out, "Other tokens at position 6, without [CLS], mean weight on them:\n  {}", others.join(", "))?;
     Ok(())
 }
 
 /// Heads 0.2 and 1.8 on random token ids: what the positional experiment of the chapter prints.
-fn positional(encoder: &SentenceEncoder, out: &mut String) -> Result<(), Box<dyn Error>> {
+fn positional(encoder: &SentenceEncoder, probe: &[Run], out: &mut String) -> Result<(), Box<dyn Error>> {
     let runs = (1..=RANDOM_RUNS)
         .map(|seed| {
             let mut ids = vec![CLS];
@@ -161,6 +217,17 @@ fn positional(encoder: &SentenceEncoder, out: &mut String) -> Result<(), Box<dyn
     writeln!(out, "(the first run: [CLS] {} ...)", runs[0].tokens.tokens[1..6].join(" "))?;
     writeln!(out, "  best previous-token head {} {p:.3}, best next-token head {} {n:.3}", head_name(lp, hp), head_name(ln, hn))?;
     writeln!(out, "  heads over {PARK} on the first token: {}", first.iter().filter(|&&v| v > PARK).count())?;
+    let share = |runs: &[Run], (l, h): (usize, usize), offset| -> Result<f64, Box<dyn Error>> {
+        Ok(100.0 * study::argmax_share(runs, l, h, offset)?)
+    };
+    writeln!(
+        out,
+        "  queries whose largest weight is on the token before (0.2) / after (1.8): {:.1} % / {:.1} %\n    (on the probe: {:.1} % / {:.1} %)",
+        share(&runs, (0, 2), -1)?,
+        share(&runs, (1, 8), 1)?,
+        share(probe, (0, 2), -1)?,
+        share(probe, (1, 8), 1)?
+    )?;
     Ok(())
 }
 
@@ -207,7 +274,7 @@ fn findings(encoder: &SentenceEncoder) -> Result<Findings, Box<dyn Error>> {
         let over = table.iter().filter(|&&v| v > PARK).count();
         writeln!(out, "  {name:<20} best {:<34} heads over {PARK}: {over}", best.join(", "))?;
     }
-    positional(encoder, &mut out)?;
+    positional(encoder, &runs, &mut out)?;
 
     let first = &scores[2];
     let (mut cls_ratio, mut parked_writes, mut other_writes) = (Vec::new(), Vec::new(), Vec::new());
@@ -224,7 +291,7 @@ fn findings(encoder: &SentenceEncoder) -> Result<Findings, Box<dyn Error>> {
     }
     let parked = first.iter().filter(|&&v| v > PARK).count();
     writeln!(out, "\nLooking at nothing: the {parked} heads with over half their weight on the first token, [CLS]")?;
-    writeln!(out, "  [CLS]'s value through the head's rows of W_O, over the other tokens' mean (340 cases):")?;
+    writeln!(out, "  [CLS]'s value through the head's rows of W_O, over the other tokens' mean ({} cases):", cls_ratio.len())?;
     writeln!(
         out,
         "    median {:.3}, quartiles {:.3} and {:.3}, largest {:.3}",
@@ -274,15 +341,22 @@ fn findings(encoder: &SentenceEncoder) -> Result<Findings, Box<dyn Error>> {
 /// positions, which stay legible).
 const LABELLED: usize = 32;
 
+/// A token as the grid labels it: punctuation in quotes (`"."`), which alone is a dot too
+/// small to see; every other token as it is.
+fn label(token: &str) -> String {
+    if token.chars().any(char::is_alphanumeric) { token.to_string() } else { format!("\"{token}\"") }
+}
+
 /// The 6 × 12 grid of one run's heads, one panel per head, titled `layer.head`, its rows and
-/// columns labelled with the tokens.
+/// columns labelled with the tokens ([`label`]).
 fn head_grid(r: &Run, title: &str) -> HeatmapGrid {
+    let labels: Vec<String> = r.tokens.tokens.iter().map(|t| label(t)).collect();
     let mut grid = HeatmapGrid::new().title(title);
     for (l, layer) in r.weights.iter().enumerate() {
         for (h, w) in layer.outer_iter().enumerate() {
             let mut panel = Panel::new(&w.mapv(f64::from)).title(head_name(l, h));
             if r.tokens.tokens.len() <= LABELLED {
-                panel = panel.labels(&r.tokens.tokens);
+                panel = panel.labels(&labels);
             }
             grid = grid.panel(panel);
         }

@@ -9,12 +9,18 @@ crates/pretrained/model/all-MiniLM-L6-v2):
 
 It runs the chapter's grid sentence, "The cat sat on the mat because it was tired.", through
 transformers' BertModel (attn_implementation="eager", float32, model.eval(), torch.no_grad(),
-token type 0), as the tokenizer gives it and changed at its start, and prints for each input how
-many of the 72 heads put more than half of their weight, averaged over the queries, on position
-0 (and, for [CLS] moved to position 6, on position 6):
+token type 0), as the tokenizer gives it and changed at its start, and prints for each input the
+weight a head puts on position 0, averaged over the queries: its mean over the 72 heads and how
+many heads put more than half there; where [CLS] stands elsewhere, the same for [CLS] (and how
+many heads put more than 0.2 on it), and how many heads put more than half on the two together:
 
     as the tokenizer gives it, without [CLS], [SEP] in [CLS]'s place, [CLS] moved to
-    position 6, and the positions 50 to 62 (position_ids) instead of 0 to 12.
+    position 6, a second [CLS] at position 7, the positions 50 to 62 (position_ids) instead of
+    0 to 12, and without [CLS] at positions 50 to 62.
+
+It then prints, for [CLS] moved to position 6, the heads over 0.3 on it and the three heads with
+the most weight on the two together among those over 0.5 on neither alone; and the mean weight
+on other tokens put at position 6 in the sentence without [CLS]: [SEP], ".", "dog", [MASK].
 
 The chapter computes the same counts with the book's own layers (examples/ch13_real_model.rs,
 asserted in the chapter's Check block); this script is the reference side. It also prints the
@@ -39,8 +45,8 @@ SENTENCE = "The cat sat on the mat because it was tired."
 CLS, SEP = 101, 102
 
 
-def parked(model, ids, key=0, first=0):
-    """How many heads put more than 0.5 of their weight, averaged over the queries, on `key`."""
+def weight_on(model, ids, first=0):
+    """Every head's weight on every key, averaged over the queries: (layers, heads, L)."""
     t = torch.tensor([ids])
     positions = torch.arange(first, first + len(ids)).unsqueeze(0)
     with torch.no_grad():
@@ -51,7 +57,17 @@ def parked(model, ids, key=0, first=0):
             output_attentions=True,
         )
     weights = torch.stack([a[0] for a in out.attentions])  # (layers, heads, L, L)
-    return int((weights[..., key].mean(-1) > 0.5).sum())
+    return weights.mean(-2)
+
+
+def row(what, w, cls=None):
+    """One line of the table: position 0, and [CLS] at `cls` when it stands elsewhere."""
+    line = f"  {what:<38}{float(w[..., 0].mean()):>6.3f} {int((w[..., 0] > 0.5).sum()):>5}"
+    if cls is not None:
+        c, both = w[..., cls], w[..., 0] + w[..., cls]
+        line += (f"   {float(c.mean()):>5.3f} {int((c > 0.5).sum()):>5} {int((c > 0.2).sum()):>5}"
+                 f"   {int((both > 0.5).sum()):>6}")
+    print(line)
 
 
 def main():
@@ -64,13 +80,34 @@ def main():
     sep_first = [SEP] + ids[1:]
     moved = ids[1:]
     moved.insert(6, CLS)
-    print(f"transformers, eager, float32: heads over 0.5 on position 0 of {SENTENCE!r}")
-    print(f"  as the tokenizer gives it                   {parked(model, ids):>2}")
-    print(f"  without [CLS]                               {parked(model, ids[1:]):>2}")
-    print(f"  [SEP] in [CLS]'s place                      {parked(model, sep_first):>2}")
-    print(f"  [CLS] moved to position 6                   {parked(model, moved):>2}"
-          f"   on [CLS] itself: {parked(model, moved, key=6)}")
-    print(f"  positions 50 to 62 instead of 0 to 12       {parked(model, ids, first=50):>2}")
+    second = list(ids)
+    second.insert(7, CLS)
+    print(f"transformers, eager, float32: {SENTENCE!r} changed at its start; the weight on a key,")
+    print("averaged over the queries: its mean over the 72 heads and the heads over 0.5 (one column:")
+    print("over 0.2), on position 0, on [CLS] where it is not at 0, and on both:")
+    print(f"{'':<40}{'position 0':>12}   {'[CLS] elsewhere':>17}   {'both':>6}")
+    print(f"{'':<40}{'mean':>6} {'>0.5':>5}   {'mean':>5} {'>0.5':>5} {'>0.2':>5}   {'>0.5':>6}")
+    row("as the tokenizer gives it", weight_on(model, ids))
+    row("without [CLS]", weight_on(model, ids[1:]))
+    row("[SEP] in [CLS]'s place", weight_on(model, sep_first))
+    w = weight_on(model, moved)
+    row("[CLS] moved to position 6", w, cls=6)
+    row("a second [CLS] at position 7", weight_on(model, second), cls=7)
+    row("positions 50 to 62 instead of 0 to 12", weight_on(model, ids, first=50))
+    row("without [CLS], positions 50 to 62", weight_on(model, ids[1:], first=50))
+    a, b = w[..., 0], w[..., 6]
+    split = [(float(a[l, h] + b[l, h]), l, h) for l in range(a.shape[0]) for h in range(a.shape[1])
+             if a[l, h] + b[l, h] > 0.5 and a[l, h] <= 0.5 and b[l, h] <= 0.5]
+    most = ", ".join(f"{l}.{h} ({float(a[l, h]):.2f}, {float(b[l, h]):.2f})"
+                     for _, l, h in sorted(split, reverse=True)[:3])
+    print(f"[CLS] moved to position 6: {int((b > 0.3).sum())} heads over 0.3 on it; "
+          f"{len(split)} over 0.5 on both, on neither alone, the most: {most}")
+    others = []
+    for name, token in [("[SEP]", SEP), ('"."', 1012), ('"dog"', 3899), ("[MASK]", 103)]:
+        m = ids[1:]
+        m.insert(6, token)
+        others.append(f"{name} {float(weight_on(model, m)[..., 6].mean()):.3f}")
+    print("other tokens at position 6, without [CLS], mean weight on them: " + ", ".join(others))
 
     from sentence_transformers import SentenceTransformer
 

@@ -149,6 +149,66 @@ pub fn head_scores(runs: &[Run], pattern: Pattern) -> Result<Array2<f64>> {
 }
 // ANCHOR_END: head_scores
 
+/// The weight every head of run `r` puts on key `key`, averaged over the queries:
+/// `(layers, heads)`. Over 0.5 for a head that parks most of its weight there.
+///
+/// ```
+/// use pretrained::{SentenceEncoder, study};
+///
+/// let encoder = SentenceEncoder::load(pretrained::minilm_dir()).unwrap();
+/// let r = study::run(&encoder, "The cat sat on the mat.").unwrap();
+/// let on_first = study::weight_on(&r, 0);
+/// assert_eq!(on_first.dim(), (6, 12));
+/// assert!(on_first.iter().all(|&w| (0.0..=1.0).contains(&w)));
+/// let everywhere: f64 = (0..9).map(|k| study::weight_on(&r, k)[[0, 2]]).sum();
+/// assert!((everywhere - 1.0).abs() < 1e-5); // each query's weights sum to 1
+/// ```
+///
+/// # Panics
+///
+/// If `key` is not a position of the run.
+pub fn weight_on(r: &Run, key: usize) -> Array2<f64> {
+    let heads = r.weights.first().map_or(0, |w| w.shape()[0]);
+    Array2::from_shape_fn((r.weights.len(), heads), |(l, h)| {
+        let column = r.weights[l].index_axis(Axis(0), h).column(key).mapv(f64::from);
+        column.sum() / column.len() as f64
+    })
+}
+
+/// The share of head `head` of layer `layer`'s queries, over the runs, whose largest weight
+/// falls on the key `offset` places away (`-1`: the token before, `1`: the token after),
+/// among the queries that have such a key. Voita et al. (2019) call a head *positional* when
+/// this share reaches 0.9 for some offset.
+///
+/// ```
+/// use pretrained::{SentenceEncoder, study};
+///
+/// let encoder = SentenceEncoder::load(pretrained::minilm_dir()).unwrap();
+/// let runs = [study::run(&encoder, "The cat sat on the mat.").unwrap()];
+/// assert_eq!(study::argmax_share(&runs, 0, 2, -1).unwrap(), 1.0); // head 0.2: the token before
+/// assert!(study::argmax_share(&runs, 0, 2, 1).unwrap() < 0.5);
+/// assert!(study::argmax_share(&runs, 6, 0, 1).is_err());
+/// ```
+pub fn argmax_share(runs: &[Run], layer: usize, head: usize, offset: isize) -> Result<f64> {
+    let (layers, heads) = shape_of(runs)?;
+    if layer >= layers || head >= heads {
+        return Err(PretrainedError::Input(format!("head {layer}.{head} does not exist")));
+    }
+    let (mut hits, mut queries) = (0usize, 0usize);
+    for r in runs {
+        let w = r.weights[layer].index_axis(Axis(0), head);
+        for (i, row) in w.outer_iter().enumerate() {
+            let Some(key) = i.checked_add_signed(offset).filter(|&k| k < row.len()) else {
+                continue;
+            };
+            let largest = (0..row.len()).fold(0, |b, k| if row[k] > row[b] { k } else { b });
+            queries += 1;
+            hits += usize::from(largest == key);
+        }
+    }
+    Ok(hits as f64 / queries.max(1) as f64)
+}
+
 /// The mean entropy (nats) of every head's rows, averaged over the runs: `(layers, heads)`.
 ///
 /// ```
@@ -194,6 +254,28 @@ impl HeadWrites {
     pub fn first_value_ratio(&self) -> f64 {
         let n = norms(&self.values);
         n[0] / mean(&n[1..])
+    }
+
+    /// As [`first_value_ratio`](Self::first_value_ratio), for the token at `key`: the length
+    /// of its value over the mean length of the values of the tokens that are neither `key`
+    /// nor in `leave_out` (another sink, say, whose small value would lower the mean).
+    ///
+    /// ```
+    /// use ndarray::array;
+    /// use pretrained::study::HeadWrites;
+    ///
+    /// let values = array![[0.0, 0.1], [3.0, 4.0], [0.2, 0.0], [0.0, 5.0]];
+    /// let w = HeadWrites { written: values.clone(), values };
+    /// assert!((w.value_ratio(2, &[0]) - 0.04).abs() < 1e-12); // 0.2 against 5
+    /// assert_eq!(w.value_ratio(0, &[]), w.first_value_ratio());
+    /// ```
+    pub fn value_ratio(&self, key: usize, leave_out: &[usize]) -> f64 {
+        let n = norms(&self.values);
+        let others: Vec<f64> = (0..n.len())
+            .filter(|j| *j != key && !leave_out.contains(j))
+            .map(|j| n[j])
+            .collect();
+        n[key] / mean(&others)
     }
 
     /// The mean length of what the head adds to a token over the mean length of the other

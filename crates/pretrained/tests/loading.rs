@@ -203,3 +203,22 @@ fn half_precision_weights_load() {
         assert!(d > 0.0 && d < tolerance, "{dtype:?}: {d}");
     }
 }
+
+/// Appendix C: the committed copy holds `embeddings.position_ids` (as `int64`) and leaves the
+/// pooler out: 102 tensors, the 5 of the embeddings, 16 per layer and `position_ids`.
+#[test]
+fn the_committed_copy_holds_position_ids_and_no_pooler() {
+    let bytes = std::fs::read(pretrained::minilm_dir().join("model.safetensors")).unwrap();
+    let file = SafeTensors::deserialize(&bytes).unwrap();
+    let names = file.names();
+    assert_eq!(names.len(), 102);
+    let position_ids = file.tensor("embeddings.position_ids").unwrap();
+    assert_eq!((position_ids.dtype(), position_ids.shape()), (Dtype::I64, &[1, 512][..]));
+    assert!(names.iter().all(|n| !n.starts_with("pooler")), "{names:?}");
+    let per_layer = |l: usize| {
+        let prefix = format!("encoder.layer.{l}.");
+        names.iter().filter(|n| n.starts_with(&prefix)).count()
+    };
+    assert_eq!((0..6).map(per_layer).collect::<Vec<_>>(), [16; 6]);
+    assert_eq!(names.iter().filter(|n| n.starts_with("embeddings.")).count(), 6);
+}
