@@ -13,7 +13,8 @@
 //!    (in base 2: the queries are multiplied by `log₂e/√d_k` once) into a small buffer,
 //!    update `m` and `l` row by row, rescale the output accumulated so far by the same
 //!    factor, and add `P · V_tile`. Divide by `l` once at the end ([`tiled_sdpa`],
-//!    [`tiled_sdpa_batched`]).
+//!    [`tiled_sdpa_batched`]; [`attend_block_reference`] is the same loop for one block, as
+//!    the math writes it).
 //!
 //! The extra memory is one scratch per thread (a `block_q × tile_k` scores tile, the block's
 //! queries and its unnormalised output) and each head's keys packed once (`L_k × d_k`), next
@@ -28,9 +29,9 @@
 //! [`kernel`](crate::kernel),
 //! compiled for AVX-512, AVX2 with FMA, or the portable baseline ([`Simd`]).
 //!
-//! Anchors (below the doc comments): `online_update`, `online_softmax`, `attend_block`,
-//! `causal_end`, `mask_tile`; `log_sum_exp`, `write_lse` and `visible` for chapter
-//! *Gradients*.
+//! Anchors (below the doc comments): `online_update`, `online_softmax`,
+//! `attend_block_reference`, `attend_block`, `causal_end`, `mask_tile`; `log_sum_exp`,
+//! `write_lse` and `visible` for chapter *Gradients*.
 
 use ndarray::{
     Array, Array1, Array2, Array3, ArrayRef, ArrayRef1, ArrayRef2, ArrayView1, ArrayView2,
@@ -181,6 +182,62 @@ pub fn online_softmax<A: Float>(row: &ArrayRef1<A>) -> Array1<A> {
     row.mapv(|x| (x - run.max).exp() / run.sum) // pass 2: the weights
 }
 // ANCHOR_END: online_softmax
+
+/// Tiled attention for one block of queries, written as chapter *Attention at scale* writes
+/// the math: `q: (B_q, d_k)` against `k: (L_k, d_k)` and `v: (L_k, d_v)`, walked `tile_k`
+/// keys at a time, with a running maximum `m` and sum `l` per query and the unnormalised
+/// output `U`, divided by `l` once at the end. No mask.
+///
+/// A reference, not the fast path: each line is one line of the math, with whole-array
+/// operations that allocate. [`tiled_sdpa`] computes the same output, with masks, in place and
+/// in base 2; the tests hold the two to each other and to [`sdpa`](crate::sdpa::sdpa).
+///
+/// # Panics
+///
+/// If `tile_k` is 0, or the shapes do not fit (`k` and `v` with different lengths, `q` and `k`
+/// with different widths). With no keys (`L_k = 0`) every output is `0 / 0`, NaN.
+///
+/// ```
+/// use attention::{sdpa::sdpa, tiled::attend_block_reference};
+/// use ndarray::arr2;
+///
+/// // The chapter's intuition: one query, scores 1, 3, 2, 5, values 10 to 40, tiles of 2.
+/// let q = arr2(&[[1.0_f64]]);
+/// let k = arr2(&[[1.0], [3.0], [2.0], [5.0]]);
+/// let v = arr2(&[[10.0], [20.0], [30.0], [40.0]]);
+/// let tiled = attend_block_reference(&q, &k, &v, 2);
+/// assert!((tiled[[0, 0]] - 36.8806).abs() < 5e-5);
+/// let plain = sdpa(&q, &k, &v, None).unwrap().output;
+/// assert!((tiled - plain).iter().all(|d| d.abs() < 1e-12));
+/// ```
+// ANCHOR: attend_block_reference
+pub fn attend_block_reference<A: Float>(
+    q: &ArrayRef2<A>, // Q_b: (B_q, d_k)
+    k: &ArrayRef2<A>, // K: (L_k, d_k)
+    v: &ArrayRef2<A>, // V: (L_k, d_v)
+    tile_k: usize,    // B_k
+) -> Array2<A> {
+    let (b_q, d_k) = q.dim();
+    let mut m = Array1::from_elem(b_q, A::neg_infinity()); // (B_q)
+    let mut l = Array1::zeros(b_q); // (B_q)
+    let mut u = Array2::zeros((b_q, v.ncols())); // (B_q, d_v)
+    for j0 in (0..k.nrows()).step_by(tile_k) {
+        let j1 = (j0 + tile_k).min(k.nrows());
+        let (k_t, v_t) = (k.slice(s![j0..j1, ..]), v.slice(s![j0..j1, ..]));
+        // S = Q_b K_tᵀ / √d_k: (B_q, B_k)
+        let scores = q.dot(&k_t.t()) / A::from_len(d_k).sqrt();
+        // m' = max(m, rowmax(S)): (B_q)
+        let m_new = Array1::from_shape_fn(b_q, |i| scores.row(i).fold(m[i], |a, &x| a.max(x)));
+        let m_col = m_new.view().insert_axis(Axis(1)); // m' as a column, (B_q, 1)
+        let p = (&scores - &m_col).mapv(A::exp); // P = exp(S − m'): (B_q, B_k)
+        let r = (&m - &m_new).mapv(A::exp); // r = exp(m − m'): (B_q)
+        l = &r * &l + p.sum_axis(Axis(1)); // l ← r ∘ l + rowsum(P)
+        u = &u * &r.view().insert_axis(Axis(1)) + p.dot(&v_t); // U ← diag(r) U + P V_t
+        m = m_new; // m ← m'
+    }
+    u / l.insert_axis(Axis(1)) // diag(l)⁻¹ U
+}
+// ANCHOR_END: attend_block_reference
 
 /// Which keys each query may see in [`tiled_sdpa`]: all, the causal triangle, or a [`Mask`].
 ///
@@ -869,6 +926,50 @@ mod tests {
         check::<f64>(&attend_block::<f64, 4, true>, 1e-12);
         check::<f64>(&attend_block::<f64, 2, true>, 1e-12);
         check::<f64>(&attend_block::<f64, 1, false>, 1e-12);
+    }
+
+    /// The reference loop, line for line the chapter's math, gives the plain path's output
+    /// (and the fast path's) with tiles that do not divide `L_k`, one tile, one key per tile,
+    /// `d_k ≠ d_v`, and the maximum in the last tile.
+    #[test]
+    fn the_reference_loop_agrees_with_the_plain_and_the_fast_path() {
+        let mut rng = StdRng::seed_from_u64(7);
+        let sizes = [(7, 19, 5, 3), (1, 1, 1, 1), (12, 40, 8, 8)];
+        for ((l_q, l_k, d_k, d_v), late) in
+            sizes.into_iter().flat_map(|s| [(s, false), (s, true)])
+        {
+            let mut q: Array4<f64> = random((1, 1, l_q, d_k), &mut rng);
+            let mut k: Array4<f64> = random((1, 1, l_k, d_k), &mut rng);
+            let v: Array4<f64> = random((1, 1, l_k, d_v), &mut rng);
+            if late {
+                // Every query's largest score on the last key (q·k ≤ 9·d_k ≤ 72 for the
+                // others, 100·q₀ ≥ 100 for it): every row's maximum changes in the last tile.
+                q.slice_mut(s![0, 0, .., 0]).mapv_inplace(|x| x.abs() + 1.0);
+                k.slice_mut(s![0, 0, l_k - 1, ..]).fill(0.0);
+                k[[0, 0, l_k - 1, 0]] = 100.0;
+            }
+            let plain = sdpa_batched(&q, &k, &v, None).unwrap().output;
+            let plain = plain.slice(s![0, 0, .., ..]);
+            let fast = tiled_sdpa_batched(&q, &k, &v, Masking::All, Tiles::default()).unwrap();
+            let (q, k, v) = (
+                q.slice(s![0, 0, .., ..]),
+                k.slice(s![0, 0, .., ..]),
+                v.slice(s![0, 0, .., ..]),
+            );
+            for tile_k in [1, 3, 4, l_k, l_k + 5] {
+                let reference = attend_block_reference(&q, &k, &v, tile_k);
+                let diff = (&reference - &plain).iter().fold(0.0_f64, |m, d| m.max(d.abs()));
+                assert!(diff < 1e-12, "{l_q}×{l_k}×{d_k}×{d_v}, tiles of {tile_k}: {diff}");
+                let diff = (&reference - &fast.slice(s![0, 0, .., ..]))
+                    .iter()
+                    .fold(0.0_f64, |m, d| m.max(d.abs()));
+                assert!(diff < 1e-12, "against tiled_sdpa: {diff}");
+            }
+        }
+        let (q, k) = (Array2::<f32>::ones((3, 2)), Array2::<f32>::ones((5, 2)));
+        let v = Array2::from_shape_fn((5, 1), |(j, _)| j as f32);
+        let out = attend_block_reference(&q, &k, &v, 2); // equal scores: the mean of 0..5
+        assert!(out.iter().all(|&o| (o - 2.0).abs() < 1e-6));
     }
 
     /// A build this processor cannot run is refused by the function that was asked for it,
