@@ -28,9 +28,9 @@ use std::time::Instant;
 
 use attention::dropout::Dropout;
 use attention::learn::{
-    Batch, Score, TinyTransformer, TrainConfig, TrainingRun, cross_entropy, heads_weight_on,
-    most_common_token_baseline, offset_sources, position_blind_ceiling, prefix_matching_sources,
-    train, weight_on,
+    Batch, Score, TinyTransformer, TrainConfig, TrainingRun, away_from_answers, cross_entropy,
+    heads_weight_on, most_common_token_baseline, offset_sources, position_blind_ceiling,
+    prefix_matching_sources, train, weight_on,
 };
 use figures::{HeatmapGrid, LineChart, Panel, ValueRange};
 use ndarray::{Array2, ArrayRef3, Axis, s};
@@ -332,13 +332,19 @@ const PREFIX: usize = 8;
 /// What one layer's heads do on the induction task's held-out set, whose queries come in
 /// random order: per head, the mean weight on the previous token (rows 1 to `PREFIX − 1`,
 /// the prefix, where a previous-token head is needed), on the answer (the token after the
-/// query's earlier occurrence: prefix matching) and `PREFIX − 1` places back (rows
-/// `PREFIX` on, where the probe's answers all are: a head that only looks back a fixed
-/// distance scores there, not on the answer).
+/// query's earlier occurrence: prefix matching) and `PREFIX − 1` places back (where the
+/// probe's answers all are), on the query rows whose answer lies elsewhere: there a head that
+/// only looks back a fixed distance scores, and an induction head does not.
 struct HeldOutHeads {
     previous: Vec<f64>,
     answer: Vec<f64>,
     back: Vec<f64>,
+}
+
+/// `PREFIX − 1` places back from every query row of the held-out set (rows `PREFIX` on).
+fn back_sources(held: &Batch) -> Vec<Option<usize>> {
+    let (n, len) = held.tokens.dim();
+    offset_sources(n, len, PREFIX..len, PREFIX - 1)
 }
 
 fn held_out_heads(
@@ -348,11 +354,11 @@ fn held_out_heads(
 ) -> Result<HeldOutHeads, Box<dyn Error>> {
     let (n, len) = held.tokens.dim();
     let weights = &model.forward(&held.tokens)?.weights[layer];
-    let back = PREFIX - 1;
+    let answers = prefix_matching_sources(&held.tokens);
     Ok(HeldOutHeads {
         previous: heads_weight_on(weights, &offset_sources(n, len, 1..PREFIX, 1))?,
-        answer: heads_weight_on(weights, &prefix_matching_sources(&held.tokens))?,
-        back: heads_weight_on(weights, &offset_sources(n, len, PREFIX..len, back))?,
+        answer: heads_weight_on(weights, &answers)?,
+        back: heads_weight_on(weights, &away_from_answers(&back_sources(held), &answers)?)?,
     })
 }
 
@@ -616,19 +622,28 @@ fn induction_report(out: &mut String, runs: &Runs) -> Result<(), Box<dyn Error>>
     {
         return Err("prefix matching must find the task's answers".into());
     }
+    let back = back_sources(held);
+    let elsewhere = away_from_answers(&back, &answers)?.iter().flatten().count();
+    let queries = back.iter().flatten().count();
+    let at_back = queries - elsewhere;
     writeln!(out, "The heads on the held-out set (queries in random order): the best head's")?;
     writeln!(
         out,
-        "  mean weight on the previous token (layer 1, rows 1–{}), and on the answer and",
+        "  mean weight on the previous token (layer 1, rows 1–{}), on the answer (layer 2,",
         PREFIX - 1
     )?;
     writeln!(
         out,
-        "  {} places back (layer 2, rows {}–{}); uniform rows would give 1/{len} = {:.3}",
-        PREFIX - 1,
+        "  rows {}–{}) and {} places back (layer 2, the {elsewhere} of the {queries} query rows whose",
         PREFIX,
         len - 1,
-        1.0 / len as f64
+        PREFIX - 1
+    )?;
+    writeln!(
+        out,
+        "  answer lies elsewhere; at the other {at_back}, {}, the answer itself is {} back)",
+        percent(at_back as f64 / queries as f64),
+        PREFIX - 1
     )?;
     writeln!(out, "        held-out loss       held-out accuracy   best head, held out")?;
     writeln!(
@@ -694,7 +709,11 @@ fn induction_report(out: &mut String, runs: &Runs) -> Result<(), Box<dyn Error>>
     // Every head of the trained model: where it looks, whether it copies, what removing it costs.
     let model = &runs.induction.model;
     writeln!(out, "Every head after {} steps, on the held-out set:", config.steps)?;
-    writeln!(out, "  mean weight on the previous token, on the answer, {} back;", PREFIX - 1)?;
+    writeln!(
+        out,
+        "  mean weight on the previous token, on the answer, {} back (where the answer is not);",
+        PREFIX - 1
+    )?;
     writeln!(out, "  copying: the head's own output, read through W_out, ranks the token it")?;
     writeln!(out, "  attends to most first (at the scored positions);")?;
     writeln!(out, "  held-out accuracy of the model with that one head removed (W_O rows zeroed)")?;
@@ -721,6 +740,26 @@ fn induction_report(out: &mut String, runs: &Runs) -> Result<(), Box<dyn Error>>
             )?;
         }
     }
+    let second = &model.forward(&held.tokens)?.weights[1];
+    let on_back = |sources: &[Option<usize>]| -> Result<String, Box<dyn Error>> {
+        let means = heads_weight_on(second, sources)?;
+        Ok(means.iter().map(|w| format!("{w:.3}")).collect::<Vec<_>>().join(" and "))
+    };
+    let answer_back: Vec<Option<usize>> =
+        back.iter().zip(&answers).map(|(b, a)| if b == a { *b } else { None }).collect();
+    writeln!(
+        out,
+        "  {} back on all {queries} query rows, layer 2: {}, what a perfect induction",
+        PREFIX - 1,
+        on_back(&back)?
+    )?;
+    writeln!(
+        out,
+        "    head would score ({at_back}/{queries} = {:.3}): at {at_back} rows the answer is {} back,",
+        at_back as f64 / queries as f64,
+        PREFIX - 1
+    )?;
+    writeln!(out, "    and there these heads put {}", on_back(&answer_back)?)?;
     let no_second = (0..model.config().heads)
         .try_fold(model.clone(), |m, head| m.without_head(1, head))?
         .score(held)?;
@@ -967,7 +1006,10 @@ pub fn render_figures(out_dir: &Path) -> Result<Vec<PathBuf>, Box<dyn Error>> {
         .series("held-out accuracy, 1 layer", accuracy(&runs.one_layer))
         .series("layer 1: best head's weight on the previous token", previous_curve)
         .series("layer 2: best head's weight on the answer", answer_curve)
-        .series(format!("layer 2: best head's weight {} back", PREFIX - 1), back_curve)
+        .series(
+            format!("layer 2: best head's weight {} back, answer elsewhere", PREFIX - 1),
+            back_curve,
+        )
         .save(&png)?;
     written.push(png);
 

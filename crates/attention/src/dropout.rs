@@ -11,7 +11,8 @@
 //! from a seeded generator ([`Dropout::scale_mask`]). Multiplying by a fixed mask is linear,
 //! so its backward is the same multiplication: `∂L/∂w = m ∘ ∂L/∂(w∘m)`
 //! ([`apply_scale`] is both). Training does not call `apply_scale`: the layer's
-//! `forward_train` and `backward` (module `grad`) write the same two products in place.
+//! `forward_train` and `backward` (module `grad`) write the same two products themselves
+//! (`&weights * &drop.view()` in the forward pass, `d_weights * drop` in the backward).
 //!
 //! Anchors (below the doc comments): `dropout`, `scale_mask`, `apply_scale`.
 

@@ -20,7 +20,8 @@
 //! on a given set, and [`most_common_token_baseline`] is what it can expect. [`weight_on`]
 //! measures how much of a head's attention lands where the answers are
 //! ([`Task::sources`]), and [`heads_weight_on`] the same over a whole batch, for patterns
-//! such as [`prefix_matching_sources`] and [`offset_sources`];
+//! such as [`prefix_matching_sources`] and [`offset_sources`] (measured away from the answers
+//! with [`away_from_answers`]);
 //! [`TinyTransformer::copying_score`] and [`TinyTransformer::without_head`] test what a head
 //! does with what it finds.
 //!
@@ -45,8 +46,8 @@
 //! `task_vocab`, `task_check`, `task_sources`, `task_targets`, `batch_new`, `task_sequence`,
 //! `task_batch`, `task_probe`, `score`, `score_accuracy`, `model_score`, `score_logits`,
 //! `held_out`, `train_config_model`, `recorder`, `recorder_record`, `batch_check`; and for
-//! the measurements of the heads, `heads_weight_on`, `prefix_matching_sources`,
-//! `head_output`, `copying_score`.
+//! the measurements of the heads, `weight_on`, `heads_weight_on`, `prefix_matching_sources`,
+//! `offset_sources`, `away_from_answers`, `head_output`, `copying_score`.
 
 use std::collections::BTreeSet;
 use std::ops::Range;
@@ -1721,6 +1722,7 @@ fn most_common(tokens: impl IntoIterator<Item = usize>) -> usize {
 /// assert_eq!(weight_on(&weights, &[None, Some(1)]).unwrap(), 0.4);
 /// assert!(weight_on(&weights, &[None, None]).is_err());
 /// ```
+// ANCHOR: weight_on
 pub fn weight_on(weights: &ArrayRef2<f64>, sources: &[Option<usize>]) -> Result<f64> {
     let len = sources.len();
     if weights.dim() != (len, len) {
@@ -1745,6 +1747,7 @@ pub fn weight_on(weights: &ArrayRef2<f64>, sources: &[Option<usize>]) -> Result<
     }
     Ok(total / rows as f64)
 }
+// ANCHOR_END: weight_on
 
 /// [`weight_on`] for a whole batch and every head at once: for each head of
 /// `weights: (batch, heads, L, L)`, the mean of `weights[b, h, i, j]` over the rows `(b, i)`
@@ -1834,6 +1837,7 @@ pub fn prefix_matching_sources(tokens: &ArrayRef2<usize>) -> Vec<Option<usize>> 
 /// assert_eq!(offset_sources(1, 4, 1..3, 1), [None, Some(0), Some(1), None]);
 /// assert_eq!(offset_sources(2, 3, 0..3, 2), [None, None, Some(0), None, None, Some(0)]);
 /// ```
+// ANCHOR: offset_sources
 pub fn offset_sources(
     batch: usize,
     len: usize,
@@ -1843,6 +1847,38 @@ pub fn offset_sources(
     let row = |i: usize| (rows.contains(&i) && i >= back).then(|| i - back);
     (0..batch).flat_map(|_| (0..len).map(row)).collect()
 }
+// ANCHOR_END: offset_sources
+
+/// `sources` without the rows whose source is also their answer: `None` wherever
+/// `sources[k] == answers[k]`, `sources[k]` everywhere else (both row-major, one entry per
+/// position, like a [`Batch`]'s targets). [`heads_weight_on`] with the result measures a fixed
+/// pattern, such as [`offset_sources`], only on the rows where following it is *not* the
+/// same as finding the answer. On the induction task some answers lie 7 back, and a perfect
+/// induction head puts its weight 7 back on exactly those rows; on the others it puts none
+/// there, where a head that looks 7 back whatever the tokens puts all of it. An error when
+/// the two lists differ in length.
+///
+/// ```
+/// use attention::learn::{away_from_answers, offset_sources};
+///
+/// let back = offset_sources(1, 4, 0..4, 2); // rows 2 and 3 look 2 back: at 0 and at 1
+/// let answers = [None, None, Some(0), Some(2)]; // row 2's answer is 2 back, row 3's is not
+/// assert_eq!(away_from_answers(&back, &answers).unwrap(), [None, None, None, Some(1)]);
+/// assert!(away_from_answers(&back, &answers[..3]).is_err());
+/// ```
+// ANCHOR: away_from_answers
+pub fn away_from_answers(
+    sources: &[Option<usize>],
+    answers: &[Option<usize>],
+) -> Result<Vec<Option<usize>>> {
+    if sources.len() != answers.len() {
+        let (n, m) = (sources.len(), answers.len());
+        return Err(AttentionError::mismatch("sources", n, "answers", m, "length"));
+    }
+    let kept = |(s, a): (&Option<usize>, &Option<usize>)| if s == a { None } else { *s };
+    Ok(sources.iter().zip(answers).map(kept).collect())
+}
+// ANCHOR_END: away_from_answers
 
 /// Looking inside a trained model: one head's share of a layer's output, the model without a
 /// head, and whether a head copies what it attends to.
@@ -2993,7 +3029,11 @@ mod tests {
             layers: 2,
             positions: true,
         };
-        let model = TinyTransformer::new(&config, &mut StdRng::seed_from_u64(24)).unwrap();
+        let mut model = TinyTransformer::new(&config, &mut StdRng::seed_from_u64(24)).unwrap();
+        // A read-out bias that is not 0 (it starts at 0): large enough on token 2 to decide
+        // every row's largest score if it were added to the head's share, which the copying
+        // score must not do (it would count 0 of 8 here, not 2).
+        model.b_out = ndarray::array![0.5, -0.5, 2.0, 0.0, -1.0, 0.5];
         let tokens = ndarray::array![[0, 5, 2, 2, 1], [3, 3, 4, 0, 5]];
         let logits = |m: &TinyTransformer| m.forward(&tokens).unwrap().logits;
         let silent = model.without_head(1, 0).unwrap().without_head(1, 1).unwrap();
@@ -3020,6 +3060,7 @@ mod tests {
         }
         let score = model.copying_score(&tokens, &rows, 1, 0).unwrap();
         assert_eq!((score.correct, score.scored), (correct, 8));
+        assert_eq!(correct, 2); // with the bias added, 0
         assert!(model.head_output(&tokens, 1, 2).is_err()); // no head 2
         assert!(model.without_head(2, 0).is_err()); // no layer 2
     }

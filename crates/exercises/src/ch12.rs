@@ -71,12 +71,14 @@ pub fn adam_step(theta: f64, g: f64, m: f64, v: f64, t: u32, lr: f64) -> (f64, f
 }
 // ANCHOR_END: adam_step
 
-/// Exercise 12.3: the most a position-blind model can score on `batch`. Such a model gives
-/// every position of a sequence that holds the same token the same answer (its layers
-/// cannot tell those positions apart); for each sequence and each token, the best one answer
-/// can do is the most common target among the scored positions holding that token. The
-/// answer counts those, over every sequence, and the scored positions. A batch whose targets
-/// are not one per token is an error (see [`Batch::check`]).
+/// Exercise 12.3: the most a position-blind model can score on `batch`, the looser bound of
+/// the chapter's intuition (the crate's `position_blind_ceiling`), not the `c_max/L` such a
+/// model can expect on average over the orders of a bag. Such a model gives every position of
+/// a sequence that holds the same token the same answer (its layers cannot tell those
+/// positions apart); for each sequence and each token, the best one answer can do is the most
+/// common target among the scored positions holding that token. The answer counts those, over
+/// every sequence, and the scored positions. A batch whose targets are not one per token is an
+/// error (see [`Batch::check`]).
 ///
 /// ```
 /// use attention::learn::{Batch, Task};
