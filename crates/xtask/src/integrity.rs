@@ -25,7 +25,6 @@ use crate::run::Result;
 /// Runs every check on the sources under `root` and the book built into `html_dir`, and reports
 /// every problem at once.
 pub fn check_book(root: &Path, html_dir: &Path) -> Result<()> {
-    let html_dir = html_dir.to_path_buf();
     if !html_dir.join("index.html").is_file() {
         return Err(format!("no built book in {} (run `mdbook build` first)", html_dir.display()).into());
     }
@@ -33,9 +32,9 @@ pub fn check_book(root: &Path, html_dir: &Path) -> Result<()> {
     let (listings, listing_problems) = check_listings(&root.join("book"), &root.join("crates/attention/src"))?;
     println!("{}", listings.summary());
     problems.extend(listing_problems);
-    problems.extend(check_html(&html_dir)?);
-    problems.extend(check_quizzes(&root.join("book"), &html_dir)?);
-    problems.extend(crate::reading::check_reading_line(&html_dir)?);
+    problems.extend(check_html(html_dir)?);
+    problems.extend(check_quizzes(&root.join("book"), html_dir)?);
+    problems.extend(crate::reading::check_reading_line(html_dir)?);
     if !problems.is_empty() {
         let list: Vec<String> = problems.iter().map(|p| format!("  - {p}")).collect();
         return Err(format!("book integrity check found {} problem(s):\n{}", problems.len(), list.join("\n")).into());
@@ -1540,18 +1539,18 @@ fn predict_problems(number: &str, toml: &str, chapter: &str) -> Vec<String> {
 /// A line that starts with a number and `.` or `)` after a line of text: mdbook-quiz's Markdown
 /// reads it as the start of a numbered list ("1024. What happens..." became item 1024).
 fn accidental_list(previous: &str, line: &str) -> bool {
-    let starts_item = |l: &str| {
+    // The text after a leading number and `.` or `)`, if the line starts with one.
+    let after_number = |l: &str| {
         let l = l.trim_start();
         let digits = l.bytes().take_while(u8::is_ascii_digit).count();
-        (digits > 0 && l[digits..].starts_with(['.', ')']) && l[digits + 1..].starts_with(' '))
-            || l.starts_with("- ")
-            || l.starts_with("* ")
+        (digits > 0 && l[digits..].starts_with(['.', ')'])).then(|| l[digits + 1..].to_string())
     };
-    let numbered = {
-        let l = line.trim_start();
-        let digits = l.bytes().take_while(u8::is_ascii_digit).count();
-        digits > 0 && l[digits..].starts_with(['.', ')']) && (l.len() == digits + 1 || l[digits + 1..].starts_with(' '))
+    let starts_item = |l: &str| {
+        after_number(l).is_some_and(|rest| rest.starts_with(' '))
+            || l.trim_start().starts_with("- ")
+            || l.trim_start().starts_with("* ")
     };
+    let numbered = after_number(line).is_some_and(|rest| rest.is_empty() || rest.starts_with(' '));
     numbered && !previous.trim().is_empty() && !starts_item(previous)
 }
 
