@@ -162,7 +162,7 @@ fn steady_from(run: &TrainingRun, level: f64) -> Option<usize> {
 /// The weight each head of layer `layer` puts where `sources` says (see `weight_on`), in the
 /// snapshot `k`.
 fn head_scores(run: &TrainingRun, k: usize, layer: usize, sources: &[Option<usize>]) -> Vec<f64> {
-    let w = &run.snapshots[k].weights[layer];
+    let w = &run.snapshots[k].weights(&run.probe).expect("the probe fits the model")[layer];
     (0..w.dim().0)
         .map(|h| weight_on(&w.index_axis(Axis(0), h), sources).expect("one source per row"))
         .collect()
@@ -347,27 +347,41 @@ fn back_sources(held: &Batch) -> Vec<Option<usize>> {
     offset_sources(n, len, PREFIX..len, PREFIX - 1)
 }
 
+/// What the heads of every layer of `model` do on the held-out set: one `HeldOutHeads` per
+/// layer, from one forward pass.
 fn held_out_heads(
     model: &TinyTransformer,
     held: &Batch,
-    layer: usize,
-) -> Result<HeldOutHeads, Box<dyn Error>> {
+) -> Result<Vec<HeldOutHeads>, Box<dyn Error>> {
     let (n, len) = held.tokens.dim();
-    let weights = &model.forward(&held.tokens)?.weights[layer];
     let answers = prefix_matching_sources(&held.tokens);
-    Ok(HeldOutHeads {
-        previous: heads_weight_on(weights, &offset_sources(n, len, 1..PREFIX, 1))?,
-        answer: heads_weight_on(weights, &answers)?,
-        back: heads_weight_on(weights, &away_from_answers(&back_sources(held), &answers)?)?,
-    })
+    let previous = offset_sources(n, len, 1..PREFIX, 1);
+    let back = away_from_answers(&back_sources(held), &answers)?;
+    let mut layers = vec![];
+    for weights in &model.forward(&held.tokens)?.weights {
+        layers.push(HeldOutHeads {
+            previous: heads_weight_on(weights, &previous)?,
+            answer: heads_weight_on(weights, &answers)?,
+            back: heads_weight_on(weights, &back)?,
+        });
+    }
+    Ok(layers)
 }
 
-/// Everything the example prints, as one text (also written to `ch12_output.txt`).
-fn report(runs: &Runs) -> Result<String, Box<dyn Error>> {
+/// `held_out_heads` of the induction run at every snapshot (the report's table and the curves
+/// of `ch12_induction_curves.png`).
+fn snapshot_heads(runs: &Runs) -> Result<Vec<Vec<HeldOutHeads>>, Box<dyn Error>> {
+    let held = &runs.induction.held_out;
+    runs.induction.snapshots.iter().map(|s| held_out_heads(&s.model, held)).collect()
+}
+
+/// Everything the example prints, as one text (also written to `ch12_output.txt`);
+/// `held_heads` is `snapshot_heads(runs)`.
+fn report(runs: &Runs, held_heads: &[Vec<HeldOutHeads>]) -> Result<String, Box<dyn Error>> {
     let mut out = String::new();
     reversal_report(&mut out, runs)?;
     dropout_report(&mut out, runs)?;
-    induction_report(&mut out, runs)?;
+    induction_report(&mut out, runs, held_heads)?;
     learning_rate_report(&mut out, runs)?;
     one_bit_report(&mut out, runs)?;
     Ok(out)
@@ -562,7 +576,11 @@ fn dropout_report(out: &mut String, runs: &Runs) -> Result<(), Box<dyn Error>> {
     Ok(())
 }
 
-fn induction_report(out: &mut String, runs: &Runs) -> Result<(), Box<dyn Error>> {
+fn induction_report(
+    out: &mut String,
+    runs: &Runs,
+    held_heads: &[Vec<HeldOutHeads>],
+) -> Result<(), Box<dyn Error>> {
     let config = induction();
     let (len, vocab) = (config.task.len(), config.task.vocab());
     let model = config.model();
@@ -657,8 +675,7 @@ fn induction_report(out: &mut String, runs: &Runs) -> Result<(), Box<dyn Error>>
             return Err("evaluations and snapshots must be taken at the same steps".into());
         }
         if two.step <= 500 || two.step % 100 == 0 {
-            let first = held_out_heads(&snapshot.model, held, 0)?;
-            let second = held_out_heads(&snapshot.model, held, 1)?;
+            let [first, second] = &held_heads[k][..] else { return Err("two layers".into()) };
             writeln!(
                 out,
                 "{:>5}   {:<8.4}  {:<8.4}  {:<8}  {:<8}  {:<8.3}  {:<6.3}  {:.3}",
@@ -722,8 +739,7 @@ fn induction_report(out: &mut String, runs: &Runs) -> Result<(), Box<dyn Error>>
         "                   previous  answer  {} back  copying           without it",
         PREFIX - 1
     )?;
-    for layer in 0..model.config().layers {
-        let heads = held_out_heads(model, held, layer)?;
+    for (layer, heads) in held_out_heads(model, held)?.iter().enumerate() {
         for head in 0..model.config().heads {
             let copying = model.copying_score(&held.tokens, &held.targets, layer, head)?;
             let ablated = model.without_head(layer, head)?.score(held)?;
@@ -899,7 +915,8 @@ fn one_bit_report(out: &mut String, runs: &Runs) -> Result<(), Box<dyn Error>> {
 
 /// The probe's weights of one head at one snapshot, `(L, L)`.
 fn weights(run: &TrainingRun, k: usize, layer: usize, head: usize) -> Array2<f64> {
-    run.snapshots[k].weights[layer].index_axis(Axis(0), head).to_owned()
+    let w = run.snapshots[k].weights(&run.probe).expect("the probe fits the model");
+    w[layer].index_axis(Axis(0), head).to_owned()
 }
 
 /// A horizontal line across `steps` at height `y`, as a chart series.
@@ -986,12 +1003,11 @@ pub fn render_figures(out_dir: &Path) -> Result<Vec<PathBuf>, Box<dyn Error>> {
     // (d) Induction: accuracy (two layers, one layer) and the two heads forming, measured on
     // the held-out set.
     let config = induction();
-    let held = &runs.induction.held_out;
+    let heads = snapshot_heads(&runs)?;
     let (mut previous_curve, mut answer_curve, mut back_curve) = (vec![], vec![], vec![]);
-    for snapshot in &runs.induction.snapshots {
+    for (snapshot, layers) in runs.induction.snapshots.iter().zip(&heads) {
         let step = snapshot.step as f64;
-        let first = held_out_heads(&snapshot.model, held, 0)?;
-        let second = held_out_heads(&snapshot.model, held, 1)?;
+        let [first, second] = &layers[..] else { return Err("two layers".into()) };
         previous_curve.push((step, largest(&first.previous)));
         answer_curve.push((step, largest(&second.answer)));
         back_curve.push((step, largest(&second.back)));
@@ -1079,7 +1095,7 @@ pub fn render_figures(out_dir: &Path) -> Result<Vec<PathBuf>, Box<dyn Error>> {
     written.push(png);
 
     let text = out_dir.join("ch12_output.txt");
-    std::fs::write(&text, report(&runs)?)?;
+    std::fs::write(&text, report(&runs, &heads)?)?;
     written.push(text);
     Ok(written)
 }

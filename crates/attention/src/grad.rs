@@ -246,6 +246,12 @@ impl<A: Float> LayerTape<A> {
         &self.weights
     }
     // ANCHOR_END: tape_weights
+
+    /// The heads' outputs side by side before `W_O`, `(batch, L, d_model)`: head `h` in the
+    /// columns `h·d_head .. (h+1)·d_head`.
+    pub(crate) fn merged(&self) -> &Array3<A> {
+        &self.merged
+    }
 }
 
 /// The gradients of a loss with respect to the input and the four weight matrices of a

@@ -1778,7 +1778,15 @@ pub fn heads_weight_on(
         );
         return Err(AttentionError::shape("weights", weights.shape(), &expected));
     }
-    let rows = sources.iter().flatten().count();
+    let mut rows = 0;
+    for (k, source) in sources.iter().enumerate() {
+        let Some(j) = *source else { continue };
+        if j >= len {
+            let problem = format!("source {j} of row {k} is not below L = {len}");
+            return Err(invalid_setting("sources", problem));
+        }
+        rows += 1;
+    }
     if rows == 0 {
         return Err(invalid_setting("sources", "no row has a source".into()));
     }
@@ -1786,12 +1794,9 @@ pub fn heads_weight_on(
     for h in 0..heads {
         let mut total = 0.0;
         for (k, source) in sources.iter().enumerate() {
-            let Some(j) = *source else { continue };
-            if j >= len {
-                let problem = format!("source {j} of row {k} is not below L = {len}");
-                return Err(invalid_setting("sources", problem));
+            if let Some(j) = *source {
+                total += weights[[k / len, h, k % len, j]];
             }
-            total += weights[[k / len, h, k % len, j]];
         }
         means.push(total / rows as f64);
     }
@@ -1915,9 +1920,9 @@ impl TinyTransformer {
 
     /// What head `head` of layer `layer` adds to the rows of `tokens: (batch, L)`: its share
     /// of the layer's output, `(batch, L, d_model)` (the layer's output is the sum of its
-    /// heads' shares), and its weights `(batch, L, L)`; evaluation mode, computed as the
-    /// forward pass computes them. An error as for [`TinyTransformer::forward`], or for a
-    /// layer or head that does not exist.
+    /// heads' shares), and its weights `(batch, L, L)`; evaluation mode, read off the tape of
+    /// [`TinyTransformer::forward_train`]. An error as for [`TinyTransformer::forward`], or
+    /// for a layer or head that does not exist.
     ///
     /// ```
     /// use attention::learn::{ModelConfig, TinyTransformer};
@@ -1946,22 +1951,23 @@ impl TinyTransformer {
             let problem = format!("the model has {} layers", self.layers.len());
             return Err(invalid_setting(&format!("layer {layer}"), problem));
         };
+        let heads = attention.heads();
+        if head >= heads {
+            let problem = format!("the layer has {heads} heads, numbered 0 to {}", heads - 1);
+            return Err(invalid_setting(&format!("head {head}"), problem));
+        }
+        let (_, tape) = self.forward_train(tokens, None)?;
+        let tape = &tape.layers[layer];
+        // merged · W_O: head h's columns of merged meet rows h·d_head .. (h+1)·d_head of W_O.
         let (batch, len) = tokens.dim();
-        self.check_input(batch, len, None)?;
-        // The rows that enter the layer, as in `forward_train`.
-        let mut x = embed(&self.tokens, tokens)?;
-        if let Some(positions) = &self.positions {
-            x = add_positions(&x, &positions.slice(s![..len, ..]))?;
-        }
-        for earlier in &self.layers[..layer] {
-            x += &earlier.forward_train(&x, None, None)?.0;
-        }
-        // The layer with every other head removed: its output is this head's share.
-        attention.without_head(head)?; // an error for a head the layer does not have
-        let alone = (0..self.config.heads)
-            .filter(|&other| other != head)
-            .try_fold(attention.clone(), |kept, other| kept.without_head(other))?;
-        let (share, tape) = alone.forward_train(&x, None, None)?;
+        let d_head = self.config.d_model / heads;
+        let cols = head * d_head..(head + 1) * d_head;
+        let merged = tape.merged().slice(s![.., .., cols.clone()]);
+        let rows = merged.to_shape((batch * len, d_head)).expect("rows");
+        let [_, _, _, w_o] = attention.projections();
+        let share = exact::matmul(&rows, &w_o.weight().slice(s![cols, ..]))?;
+        let share =
+            share.into_shape_with_order((batch, len, self.config.d_model)).expect("rows");
         let weights = tape.weights().index_axis(Axis(1), head).to_owned();
         Ok((share, weights))
     }
@@ -2188,26 +2194,46 @@ pub struct Evaluation {
     pub score: Score,
 }
 
-/// The attention weights of the probe, and the model itself, after `step` updates.
+/// The model after `step` updates.
 ///
 /// ```
 /// use attention::learn::{Snapshot, TrainConfig, TinyTransformer};
-/// use ndarray::Array3;
 /// use rand::{SeedableRng, rngs::StdRng};
 ///
-/// let config = TrainConfig::reversal().model();
-/// let model = TinyTransformer::new(&config, &mut StdRng::seed_from_u64(0)).unwrap();
-/// let s = Snapshot { step: 0, weights: vec![Array3::zeros((2, 9, 9))], model };
-/// assert_eq!(s.weights[0].dim(), (2, 9, 9));
+/// let config = TrainConfig::reversal();
+/// let model = TinyTransformer::new(&config.model(), &mut StdRng::seed_from_u64(0)).unwrap();
+/// let s = Snapshot { step: 0, model };
+/// let probe = config.task.probe().unwrap();
+/// assert_eq!(s.weights(&probe).unwrap()[0].dim(), (2, 9, 9)); // one layer, two heads
 /// ```
 #[derive(Debug, Clone, PartialEq)]
 pub struct Snapshot {
     /// Updates done.
     pub step: usize,
-    /// One `(heads, L, L)` array per layer.
-    pub weights: Vec<Array3<f64>>,
-    /// The model at that step (to measure it on other inputs than the probe).
+    /// The model at that step.
     pub model: TinyTransformer,
+}
+
+impl Snapshot {
+    /// The attention weights of the model at that step on one sequence, `probe` (as
+    /// [`TrainingRun::probe`]): one `(heads, L, L)` array per layer. An error as for
+    /// [`TinyTransformer::forward`].
+    ///
+    /// ```
+    /// use attention::learn::{train, TrainConfig};
+    ///
+    /// let mut config = TrainConfig::reversal();
+    /// (config.steps, config.held_out, config.snapshot_steps) = (3, 20, vec![0, 3]);
+    /// let run = train(&config).unwrap();
+    /// let weights = run.snapshots[1].weights(&run.probe).unwrap();
+    /// assert_eq!((weights.len(), weights[0].dim()), (1, (2, 9, 9)));
+    /// assert_eq!(weights, run.snapshots[1].weights(&run.probe).unwrap()); // the same bits
+    /// ```
+    pub fn weights(&self, probe: &[usize]) -> Result<Vec<Array3<f64>>> {
+        let tokens = ndarray::aview1(probe).insert_axis(Axis(0)); // (1, L)
+        let weights = self.model.forward(&tokens)?.weights;
+        Ok(weights.into_iter().map(|w| w.index_axis_move(Axis(0), 0)).collect())
+    }
 }
 
 /// Everything a training run records.
@@ -2227,7 +2253,7 @@ pub struct TrainingRun {
     pub losses: Vec<f64>,
     /// The held-out loss and accuracy at step 0, every `eval_every` steps and at the end.
     pub evals: Vec<Evaluation>,
-    /// The probe's attention, and the model, at the requested steps.
+    /// The model at the requested steps (the probe's attention: [`Snapshot::weights`]).
     pub snapshots: Vec<Snapshot>,
     /// The fixed input of the snapshots ([`Task::probe`]).
     pub probe: Vec<usize>,
@@ -2271,14 +2297,7 @@ pub fn train(config: &TrainConfig) -> Result<TrainingRun> {
     let mut adam = Adam::new(config.lr)?;
     let (mut data, mut drops) =
         (StdRng::seed_from_u64(data_seed), StdRng::seed_from_u64(drop_seed));
-    let probe = Batch::new(&config.task, &[config.task.probe()?])?;
-    let mut run = Recorder {
-        config,
-        held_out: &held_out,
-        probe: &probe,
-        evals: vec![],
-        snapshots: vec![],
-    };
+    let mut run = Recorder { config, held_out: &held_out, evals: vec![], snapshots: vec![] };
     run.record(&model, 0)?;
     let mut losses = Vec::with_capacity(config.steps);
     for step in 1..=config.steps {
@@ -2322,7 +2341,6 @@ fn held_out_set(config: &TrainConfig, rng: &mut StdRng) -> Result<Batch> {
 struct Recorder<'a> {
     config: &'a TrainConfig,
     held_out: &'a Batch,
-    probe: &'a Batch,
     evals: Vec<Evaluation>,
     snapshots: Vec<Snapshot>,
 }
@@ -2341,9 +2359,7 @@ impl Recorder<'_> {
             self.evals.push(Evaluation { step, loss, score });
         }
         if self.config.snapshot_steps.contains(&step) {
-            let weights = model.forward(&self.probe.tokens)?.weights;
-            let weights = weights.into_iter().map(|w| w.index_axis_move(Axis(0), 0)).collect();
-            self.snapshots.push(Snapshot { step, weights, model: model.clone() });
+            self.snapshots.push(Snapshot { step, model: model.clone() });
         }
         Ok(())
     }
@@ -2749,7 +2765,7 @@ mod tests {
             (final_score(&with).accuracy(), final_score(&without).accuracy());
         let sources = TrainConfig::reversal().task.sources(&with.probe).unwrap();
         let on = |run: &TrainingRun, k: usize| -> Vec<f64> {
-            let w = &run.snapshots[k].weights[0];
+            let w = &run.snapshots[k].weights(&run.probe).unwrap()[0];
             (0..w.dim().0)
                 .map(|h| weight_on(&w.index_axis(Axis(0), h), &sources).unwrap())
                 .collect()
@@ -2787,7 +2803,7 @@ mod tests {
             (0..14).map(|i| (1..prefix).contains(&i).then(|| i - 1)).collect();
         let answers = config.task.sources(&run.probe).unwrap();
         let heads = |k: usize, layer: usize, sources: &[Option<usize>]| -> Vec<f64> {
-            let w = &run.snapshots[k].weights[layer];
+            let w = &run.snapshots[k].weights(&run.probe).unwrap()[layer];
             (0..w.dim().0)
                 .map(|h| weight_on(&w.index_axis(Axis(0), h), sources).unwrap())
                 .collect()
