@@ -67,7 +67,10 @@ fn qkv_blocks(d_model: usize) -> Diagram {
         "Q, K and V are three projections of the same rows of X",
     );
     d.describe(format!(
-        "X has one row per token ({}) and d_model = {d_model} columns. It is multiplied by W_Q          and W_K, of shape ({d_model}, {D_K}), and by W_V, of shape ({d_model}, {D_V}), giving Q          and K of shape ({l}, {D_K}) and V of shape ({l}, {D_V}), still one row per token. The          row of cat is outlined in X and in Q, K and V: each comes from that row alone.",
+        "X has one row per token ({}) and d_model = {d_model} columns. It is multiplied by W_Q \
+         and W_K, of shape ({d_model}, {D_K}), and by W_V, of shape ({d_model}, {D_V}), giving Q \
+         and K of shape ({l}, {D_K}) and V of shape ({l}, {D_V}), still one row per token. The \
+         row of cat is outlined in X and in Q, K and V: each comes from that row alone.",
         TOKENS.join(", ")
     ));
     d.text(20.0, 28.0, "Rows are tokens: row i of Q, K and V is row i of X times W_{Q}, W_{K}, W_{V}", &TextStyle::new(16.0).bold());

@@ -80,8 +80,9 @@ fn top_two(w: &Array1<f64>) -> (f64, usize, f64) {
     (w[order[0]], order[0], w[order[1]])
 }
 
-/// Everything the example prints, as one text (also written to `ch03_output.txt`).
-fn report(runs: &[ScalingMeasurement]) -> Result<String, Box<dyn Error>> {
+/// Everything the example prints, as one text (also written to `ch03_output.txt`): `runs`, the
+/// experiment, and `row`, its [`one_row`].
+fn report(runs: &[ScalingMeasurement], row: &OneRow) -> Result<String, Box<dyn Error>> {
     let mut out = String::new();
 
     let small = arr1(&[2.0, 1.0, 0.0]);
@@ -132,7 +133,6 @@ fn report(runs: &[ScalingMeasurement]) -> Result<String, Box<dyn Error>> {
     writeln!(out, "  / √d_k     = / 8:     variance {:.3}, max weight {:.3}, entropy {:.3}", variance(&(&raw / 8.0))?, right.max_weight, right.entropy)?;
     writeln!(out, "  / √d_model = / 22.63: variance {:.3}, max weight {:.3}, entropy {:.3}", variance(&(&raw / 512f64.sqrt()))?, wrong.max_weight, wrong.entropy)?;
 
-    let row = one_row(runs)?;
     let (lo, hi) = row.scores.iter().fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), &x| (lo.min(x), hi.max(x)));
     let root = (ROW_D_K as f64).sqrt();
     writeln!(out, "\nOne query at d_k = {ROW_D_K} (ch03_row_bars.png): query {} of the first trial (seed {SEED} + {ROW_D_K}),", row.query)?;
@@ -204,7 +204,7 @@ pub fn render_figures(out_dir: &Path) -> Result<Vec<PathBuf>, Box<dyn Error>> {
     written.push(bars);
 
     let text = out_dir.join("ch03_output.txt");
-    std::fs::write(&text, report(&runs)?)?;
+    std::fs::write(&text, report(&runs, &row)?)?;
     written.push(text);
     Ok(written)
 }
@@ -252,7 +252,7 @@ mod tests {
             assert!((w.sum() - 1.0).abs() < 1e-12);
         }
         // The chosen query is the one whose raw entropy is nearest the experiment's mean.
-        let report = report(&runs).unwrap();
+        let report = report(&runs, &row).unwrap();
         assert!(report.contains("query 5 of the first trial"), "{report}");
         assert!(report.contains("largest weight 0.9865 (key 9), next 0.0135, entropy 0.071"));
         assert!(report.contains("largest weight 0.2259 (key 9), next 0.1976, entropy 2.354"));

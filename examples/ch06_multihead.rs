@@ -92,11 +92,6 @@ fn report() -> Result<String, Box<dyn Error>> {
     Ok(out)
 }
 
-/// The colour of head `h` in the diagram (Okabe–Ito orange, sky blue, ...).
-fn head_color(h: usize) -> Color {
-    Color::okabe_ito(h)
-}
-
 /// Draws `values`, entries of the intuition's `Q = [[1, 2, 3, 4], [5, 6, 7, 8]]`, as a block
 /// with its top-left corner at `at`: each cell shows its number and has the colour of the head
 /// its column of `Q` belongs to; `title` above, `rows` (the rows' names) on the right.
@@ -104,7 +99,7 @@ fn numbered_block(d: &mut Diagram, at: (f64, f64), values: ArrayView2<i32>, d_he
     let d_model = 4;
     let head_of = |v: i32| ((v - 1) as usize % d_model) / d_head;
     let grid = Grid::new(at, values.dim(), (34.0, 30.0))
-        .fill_with(|r, c| Some(head_color(head_of(values[[r, c]])).tint(0.55)))
+        .fill_with(|r, c| Some(Color::okabe_ito(head_of(values[[r, c]])).tint(0.55)))
         .text_with(|r, c| Some(values[[r, c]].to_string()))
         .text_style(TextStyle::new(15.0).bold());
     d.grid(&grid);
@@ -134,7 +129,14 @@ fn split_merge() -> Result<Diagram, Box<dyn Error>> {
     let arrow = Style::stroke(Color::MUTED, 1.5);
     let mut d = Diagram::new(760, 640, format!("Splitting Q of shape ({l}, {d_model}) into {h} heads, and merging them back"));
     d.describe(
-        "Q = [[1, 2, 3, 4], [5, 6, 7, 8]], two tokens of width 4, with columns 0 and 1 belonging          to head 0 and columns 2 and 3 to head 1. The right split: reshape to (L, h, d_head) =          (2, 2, 2), giving each token its two head slices [[1, 2], [3, 4]] and [[5, 6], [7, 8]],          then swap the first two axes to (h, L, d_head): head 0 = [[1, 2], [5, 6]] and head 1 =          [[3, 4], [7, 8]], each head its own columns for every token. The wrong split reshapes          straight to (h, L, d_head): head 0 = [[1, 2], [3, 4]], the two halves of token 0 read          as if they were two tokens, and head 1 = [[5, 6], [7, 8]], token 1's halves. The merge          swaps back to (L, h, d_head) and reshapes to (L, d_model), giving Q again.",
+        "Q = [[1, 2, 3, 4], [5, 6, 7, 8]], two tokens of width 4, with columns 0 and 1 belonging \
+         to head 0 and columns 2 and 3 to head 1. The right split: reshape to (L, h, d_head) = \
+         (2, 2, 2), giving each token its two head slices [[1, 2], [3, 4]] and [[5, 6], [7, 8]], \
+         then swap the first two axes to (h, L, d_head): head 0 = [[1, 2], [5, 6]] and head 1 = \
+         [[3, 4], [7, 8]], each head its own columns for every token. The wrong split reshapes \
+         straight to (h, L, d_head): head 0 = [[1, 2], [3, 4]], the two halves of token 0 read \
+         as if they were two tokens, and head 1 = [[5, 6], [7, 8]], token 1's halves. The merge \
+         swaps back to (L, h, d_head) and reshapes to (L, d_model), giving Q again.",
     );
 
     // Q, its columns coloured by head.
@@ -144,7 +146,7 @@ fn split_merge() -> Result<Diagram, Box<dyn Error>> {
     d.text(top.left() - 12.0, top.center().1 + 11.0, format!("(L, d_{{model}}) = ({l}, {d_model})").as_str(), &label.anchor(Anchor::End).middle());
     for head in 0..h {
         let (x0, x1) = (top.left() + (head * d_head) as f64 * 34.0, top.left() + ((head + 1) * d_head) as f64 * 34.0);
-        d.line((x0 + 3.0, top.top() - 8.0), (x1 - 3.0, top.top() - 8.0), &Style::stroke(head_color(head), 3.0));
+        d.line((x0 + 3.0, top.top() - 8.0), (x1 - 3.0, top.top() - 8.0), &Style::stroke(Color::okabe_ito(head), 3.0));
         d.text((x0 + x1) / 2.0, top.top() - 16.0, format!("head {head}").as_str(), &note.centered());
     }
     d.text(20.0, 26.0, format!("h = {h} heads of d_{{head}} = d_{{model}} / h = {d_head} columns each").as_str(), &heading);

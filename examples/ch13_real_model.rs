@@ -91,26 +91,28 @@ fn head_name(layer: usize, head: usize) -> String {
 }
 
 /// The median of some numbers (the upper one of the two middle ones for an even count).
-fn median(v: Vec<f64>) -> f64 {
-    quantile(v, 0.5)
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    quantile(&v, 0.5)
 }
 
-/// The number at `p` of the way through the sorted numbers (index `⌊p · n⌋`, as [`median`]).
-fn quantile(mut v: Vec<f64>, p: f64) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[((p * v.len() as f64) as usize).min(v.len() - 1)]
+/// The number at `p` of the way through numbers sorted in increasing order (index `⌊p · n⌋`,
+/// as [`median`]).
+fn quantile(sorted: &[f64], p: f64) -> f64 {
+    sorted[((p * sorted.len() as f64) as usize).min(sorted.len() - 1)]
 }
 
 /// How many heads put more than [`PARK`] of their weight, averaged over the queries, on the
 /// keys `keys` together (one key: on that key).
-fn parked_on(r: &Run, keys: &[usize]) -> usize {
-    let together = keys.iter().map(|&k| study::weight_on(r, k)).reduce(|a, b| a + b);
-    together.map_or(0, |w| w.iter().filter(|&&s| s > PARK).count())
+fn parked_on(r: &Run, keys: &[usize]) -> pretrained::Result<usize> {
+    let on_each = keys.iter().map(|&k| study::weight_on(r, k)).collect::<pretrained::Result<Vec<_>>>()?;
+    let together = on_each.into_iter().reduce(|a, b| a + b);
+    Ok(together.map_or(0, |w| w.iter().filter(|&&s| s > PARK).count()))
 }
 
 /// The mean over the heads of the weight on `key`, averaged over the queries.
-fn mean_on(r: &Run, key: usize) -> f64 {
-    study::weight_on(r, key).mean().unwrap_or(0.0)
+fn mean_on(r: &Run, key: usize) -> pretrained::Result<f64> {
+    Ok(study::weight_on(r, key)?.mean().unwrap_or(0.0))
 }
 
 /// The grid sentence changed at its start, run through the model: what the experiment of the
@@ -133,18 +135,18 @@ fn first_position(encoder: &SentenceEncoder, out: &mut String) -> Result<(), Box
     writeln!(out, "{PARK} there (one column: over 0.2), on position 0, on [CLS] where it is not at 0, and on both:")?;
     writeln!(out, "{:<40}{:>12}   {:>17}   {:>6}", "", "position 0", "[CLS] elsewhere", "both")?;
     writeln!(out, "{:<40}{:>6} {:>5}   {:>5} {:>5} {:>5}   {:>6}", "", "mean", ">0.5", "mean", ">0.5", ">0.2", ">0.5")?;
-    let row = |out: &mut String, what: &str, r: &Run, cls: Option<usize>| -> std::fmt::Result {
-        write!(out, "  {what:<38}{:>6.3} {:>5}", mean_on(r, 0), parked_on(r, &[0]))?;
+    let row = |out: &mut String, what: &str, r: &Run, cls: Option<usize>| -> Result<(), Box<dyn Error>> {
+        write!(out, "  {what:<38}{:>6.3} {:>5}", mean_on(r, 0)?, parked_on(r, &[0])?)?;
         if let Some(k) = cls {
-            let over = study::weight_on(r, k).iter().filter(|&&w| w > 0.2).count();
-            write!(out, "   {:>5.3} {:>5} {over:>5}   {:>6}", mean_on(r, k), parked_on(r, &[k]), parked_on(r, &[0, k]))?;
+            let over = study::weight_on(r, k)?.iter().filter(|&&w| w > 0.2).count();
+            write!(out, "   {:>5.3} {:>5} {over:>5}   {:>6}", mean_on(r, k)?, parked_on(r, &[k])?, parked_on(r, &[0, k])?)?;
         }
-        writeln!(out)
+        Ok(writeln!(out)?)
     };
     row(out, "as the tokenizer gives it", &run(&ids, 0)?, None)?;
     let no_cls = run(&without, 0)?;
     row(out, &format!("without [CLS] (\"{}\" first)", no_cls.tokens.tokens[0]), &no_cls, None)?;
-    let on_first = study::weight_on(&no_cls, 0);
+    let on_first = study::weight_on(&no_cls, 0)?;
     let mut ratio = Vec::new();
     for ((l, h), &v) in on_first.indexed_iter() {
         if v > PARK {
@@ -161,15 +163,15 @@ fn first_position(encoder: &SentenceEncoder, out: &mut String) -> Result<(), Box
     row(out, "without [CLS], positions 50 to 62", &run(&without, 50)?, None)?;
 
     // [CLS] moved: how far each head goes towards it, and what its value is there.
-    let (w0, w6) = (study::weight_on(&moved, 0), study::weight_on(&moved, 6));
+    let (w0, w6) = (study::weight_on(&moved, 0)?, study::weight_on(&moved, 6)?);
     let mut split = Vec::new();
     let (mut cls_value, mut first_value) = (Vec::new(), Vec::new());
     for ((l, h), &a) in w0.indexed_iter() {
         let b = w6[[l, h]];
         if a + b > PARK {
             let writes = study::head_writes(encoder, &moved, l, h)?;
-            cls_value.push(writes.value_ratio(6, &[0]));
-            first_value.push(writes.value_ratio(0, &[6]));
+            cls_value.push(writes.value_ratio(6, &[0])?);
+            first_value.push(writes.value_ratio(0, &[6])?);
             if a <= PARK && b <= PARK {
                 split.push(((l, h), a, b));
             }
@@ -192,7 +194,7 @@ fn first_position(encoder: &SentenceEncoder, out: &mut String) -> Result<(), Box
     let mut others = Vec::new();
     for (name, id) in controls {
         let r = run(&with_at(&without, 6, id), 0)?;
-        others.push(format!("{name} {:.3}", mean_on(&r, 6)));
+        others.push(format!("{name} {:.3}", mean_on(&r, 6)?));
     }
     writeln!(out, "Other tokens at position 6, without [CLS], mean weight on them:\n  {}", others.join(", "))?;
     Ok(())
@@ -289,15 +291,16 @@ fn findings(encoder: &SentenceEncoder) -> Result<Findings, Box<dyn Error>> {
             }
         }
     }
+    cls_ratio.sort_by(f64::total_cmp);
     let parked = first.iter().filter(|&&v| v > PARK).count();
     writeln!(out, "\nLooking at nothing: the {parked} heads with over half their weight on the first token, [CLS]")?;
     writeln!(out, "  [CLS]'s value through the head's rows of W_O, over the other tokens' mean ({} cases):", cls_ratio.len())?;
     writeln!(
         out,
         "    median {:.3}, quartiles {:.3} and {:.3}, largest {:.3}",
-        median(cls_ratio.clone()),
-        quantile(cls_ratio.clone(), 0.25),
-        quantile(cls_ratio.clone(), 0.75),
+        quantile(&cls_ratio, 0.5), // the median
+        quantile(&cls_ratio, 0.25),
+        quantile(&cls_ratio, 0.75),
         cls_ratio.iter().copied().fold(0.0, f64::max)
     )?;
     writeln!(

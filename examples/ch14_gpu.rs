@@ -300,8 +300,7 @@ fn timing_table(rows: &[Timing]) -> String {
 /// Vulkan on the CPU)" from "llvmpipe (LLVM 15.0.6, 256 bits) (Vulkan, llvmpipe Mesa 22.3.6 …)".
 fn adapter_label(adapter: &str) -> String {
     let name = adapter.split(" (").next().unwrap_or(adapter);
-    let mesa = adapter.split_once("Mesa ").and_then(|(_, r)| r.split([' ', ')']).next());
-    match (name, mesa) {
+    match (name, gpu::mesa_version(adapter)) {
         ("llvmpipe", Some(mesa)) => format!("llvmpipe (Mesa {mesa}, software Vulkan on the CPU)"),
         _ => name.to_string(),
     }

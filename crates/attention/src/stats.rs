@@ -180,6 +180,8 @@ pub struct ScalingMeasurement {
 /// assert_eq!(s.dim(), (24, 8));
 /// let err = sample_scores(64, 8, 0, &mut StdRng::seed_from_u64(0)).unwrap_err();
 /// assert_eq!(err.to_string(), "the experiment has trials = 0: it must be at least 1");
+/// let err = sample_scores(0, 8, 3, &mut StdRng::seed_from_u64(0)).unwrap_err();
+/// assert_eq!(err.to_string(), "the experiment has d_k = 0: it must be at least 1");
 /// ```
 // ANCHOR: sample_scores
 pub fn sample_scores<R: Rng + ?Sized>(
@@ -188,26 +190,23 @@ pub fn sample_scores<R: Rng + ?Sized>(
     trials: usize,
     rng: &mut R,
 ) -> Result<Array2<f64>> {
-    for (dim, n) in [("d_k", d_k), ("L", l), ("trials", trials)] {
-        if n == 0 {
-            return Err(AttentionError::Empty { what: "the experiment".into(), dim });
-        }
+    if trials == 0 {
+        return Err(AttentionError::Empty { what: "the experiment".into(), dim: "trials" });
     }
     let mut raw = Array2::<f64>::zeros((0, l));
     for _ in 0..trials {
-        let q: Array2<f64> = random_matrix(l, d_k, 1.0, rng);
-        let k: Array2<f64> = random_matrix(l, d_k, 1.0, rng);
+        let (q, k) = sample_queries_keys(d_k, l, rng)?;
         raw.append(Axis(0), scores(&q, &k)?.view()).expect("every block has l columns");
     }
     Ok(raw)
 }
 // ANCHOR_END: sample_scores
 
-/// One trial's queries and keys, drawn as [`sample_scores`] draws them: `q`, then `k`, both
-/// `(l, d_k)` with independent standard-normal entries. From a generator seeded as for
-/// [`sample_scores`], `scores(&q, &k)` is that function's first block of `l` rows, so one row
-/// of the experiment can be looked at on its own (chapter 3 draws the weights of the first
-/// query of `d_k = 1024`). Fails if `d_k` or `l` is 0.
+/// One trial's queries and keys: `q`, then `k`, both `(l, d_k)` with independent
+/// standard-normal entries. [`sample_scores`] draws every trial with it, so from a generator
+/// seeded as for [`sample_scores`], `scores(&q, &k)` is that function's first block of `l`
+/// rows, and one row of the experiment can be looked at on its own (chapter 3 draws the
+/// weights of the first query of `d_k = 1024`). Fails if `d_k` or `l` is 0.
 ///
 /// ```
 /// use attention::scores::scores;
@@ -219,6 +218,7 @@ pub fn sample_scores<R: Rng + ?Sized>(
 /// let all = sample_scores(64, 8, 3, &mut StdRng::seed_from_u64(5)).unwrap();
 /// assert_eq!(scores(&q, &k).unwrap(), all.slice(ndarray::s![..8, ..]));
 /// ```
+// ANCHOR: sample_queries_keys
 pub fn sample_queries_keys<R: Rng + ?Sized>(
     d_k: usize,
     l: usize,
@@ -233,6 +233,7 @@ pub fn sample_queries_keys<R: Rng + ?Sized>(
     let k = random_matrix(l, d_k, 1.0, rng);
     Ok((q, k))
 }
+// ANCHOR_END: sample_queries_keys
 
 /// The chapter's experiment for one `d_k`: the scores of [`sample_scores`], with and without
 /// the division by `√d_k`. Variances are over all `trials·l·l` scores;

@@ -3,9 +3,10 @@
 use std::path::{Path, PathBuf};
 
 use crate::canvas::{self, AXIS, Align, Font, GAP, LABEL, MARGIN, TICK, TITLE};
-use crate::color::{GRID, MUTED, series_color};
+use crate::color::{MUTED, series_color};
 use crate::error::{FigureError, Result};
-use crate::ticks::{format_value, labelled_linear_ticks};
+use crate::files;
+use crate::ticks::{axis_range, format_value, labelled_linear_ticks};
 
 /// The panels' names, above each panel.
 const PANEL_TITLE: Font = Font::bold(18.0);
@@ -252,30 +253,16 @@ impl BarChart {
                 hi = hi.max(v);
             }
         }
+        let range = axis_range(self.y_range, (lo, hi), false, "bar values")?;
         let range = match self.y_range {
-            Some((low, high)) => {
-                if !(low.is_finite() && high.is_finite() && low < high) {
-                    return Err(FigureError::BadRange { low, high });
-                }
-                (low, high)
-            }
+            Some(_) => range,
+            None if hi == lo => (0.0, 1.0), // every bar 0
             None => {
-                if !(hi - lo).is_finite() {
-                    return Err(FigureError::TooWide {
-                        what: "bar values",
-                        low: lo,
-                        high: hi,
-                    });
-                }
-                if hi == lo {
-                    (0.0, 1.0) // every bar 0
-                } else {
-                    let pad = (hi - lo) * 0.05;
-                    (
-                        if lo < 0.0 { lo - pad } else { 0.0 },
-                        if hi > 0.0 { hi + pad } else { 0.0 },
-                    )
-                }
+                let pad = (hi - lo) * 0.05;
+                (
+                    if lo < 0.0 { lo - pad } else { 0.0 },
+                    if hi > 0.0 { hi + pad } else { 0.0 },
+                )
             }
         };
         let labels = match &self.labels {
@@ -353,23 +340,14 @@ impl BarChart {
                     let v = v.clamp(y_lo, y_hi);
                     (bottom as f64 - (v - y_lo) / (y_hi - y_lo) * plot_h as f64).round() as i32
                 };
-                for (v, s) in &ticks {
-                    let y = fy(*v);
-                    canvas::fill(area, (left, y), (right, y + 1), GRID)?;
-                    canvas::fill(area, (left - TICK, y), (left, y + 1), MUTED)?;
-                    LABEL
-                        .pen()
-                        .align(Align::End)
-                        .middle()
-                        .draw(area, s, (left - TICK - 4, y))?;
-                }
-                if !self.y_label.is_empty() {
-                    AXIS.pen().align(Align::Center).up().draw(
-                        area,
-                        &self.y_label,
-                        (MARGIN, (top + bottom) / 2),
-                    )?;
-                }
+                canvas::draw_y_axis(
+                    area,
+                    &ticks,
+                    fy,
+                    (left, right),
+                    (top, bottom),
+                    &self.y_label,
+                )?;
                 let zero = fy(0.0);
                 let color = series_color(p);
                 for (i, &v) in panel.values.iter().enumerate() {
@@ -432,6 +410,6 @@ impl BarChart {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn save(&self, path: impl AsRef<Path>) -> Result<PathBuf> {
-        canvas::save(path.as_ref(), || self.to_png())
+        files::save(path.as_ref(), files::PNG, || self.to_png())
     }
 }

@@ -8,13 +8,12 @@
 //! kerning and sub-pixel positions, and places text by its visual box. The buffer is encoded as
 //! a PNG with fixed settings, so that the same figure always gives the same bytes.
 
-use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
 use ab_glyph::{Font as _, FontRef, PxScale, ScaleFont, point};
 use plotters::prelude::*;
 
-use crate::color::INK;
+use crate::color::{GRID, INK, MUTED};
 use crate::error::{FigureError, Result};
 
 static REGULAR: &[u8] = include_bytes!("../fonts/DejaVuSans.ttf");
@@ -281,6 +280,37 @@ pub(crate) fn fill(
         .map_err(draw_err)
 }
 
+/// A chart's y axis, left of the plot `left..right` × `top..bottom`: at each tick a grid line
+/// across the plot, a tick mark and the tick's label (right-aligned, centred on the tick), then
+/// `label` (if any) turned up, centred on the plot's height at the left margin. `y` gives a
+/// value's pixel row. The axis line itself is the chart's to draw.
+pub(crate) fn draw_y_axis(
+    area: &Area,
+    ticks: &[(f64, String)],
+    y: impl Fn(f64) -> i32,
+    (left, right): (i32, i32),
+    (top, bottom): (i32, i32),
+    label: &str,
+) -> Result<()> {
+    for (v, s) in ticks {
+        let y = y(*v);
+        fill(area, (left, y), (right, y + 1), GRID)?;
+        fill(area, (left - TICK, y), (left, y + 1), MUTED)?;
+        LABEL
+            .pen()
+            .align(Align::End)
+            .middle()
+            .draw(area, s, (left - TICK - 4, y))?;
+    }
+    if !label.is_empty() {
+        AXIS.pen()
+            .align(Align::Center)
+            .up()
+            .draw(area, label, (MARGIN, (top + bottom) / 2))?;
+    }
+    Ok(())
+}
+
 /// A one-pixel outline just inside `x0..x1`, `y0..y1`.
 pub(crate) fn outline(
     area: &Area,
@@ -331,25 +361,6 @@ fn encode_png(rgb: &[u8], width: u32, height: u32) -> Result<Vec<u8>> {
     writer.write_image_data(rgb).map_err(png_err)?;
     writer.finish().map_err(png_err)?;
     Ok(out)
-}
-
-/// Renders with `render` and writes the PNG to `path`, which must end in `.png` (checked before
-/// drawing); the directory must exist. Returns the path written.
-pub(crate) fn save(path: &Path, render: impl FnOnce() -> Result<Vec<u8>>) -> Result<PathBuf> {
-    if !path
-        .extension()
-        .is_some_and(|e| e.eq_ignore_ascii_case("png"))
-    {
-        return Err(FigureError::NotPng {
-            path: path.to_path_buf(),
-        });
-    }
-    let bytes = render()?;
-    std::fs::write(path, bytes).map_err(|source| FigureError::Write {
-        path: path.to_path_buf(),
-        source,
-    })?;
-    Ok(path.to_path_buf())
 }
 
 /// Anti-aliased filled shapes in one colour: polygons, discs and thick polylines, clipped to a

@@ -38,6 +38,13 @@ use std::path::{Path, PathBuf};
 
 use crate::canvas::{MAX_SIDE, em_width};
 use crate::error::{FigureError, Result};
+use crate::files::{self, FileKind, Markup, escape};
+
+/// The file of [`Diagram::save`].
+const SVG: FileKind = FileKind {
+    extensions: &["svg"],
+    what: "a diagram is SVG",
+};
 
 /// The fonts a diagram's text asks for, in order: the font [`text_width`] measures with first.
 ///
@@ -1003,7 +1010,7 @@ impl Diagram {
                 Script::Sub => 0.25 * style.size,
                 Script::Super => -0.4 * style.size,
             };
-            let piece = escape(&piece);
+            let piece = escape(&piece, Markup::Svg);
             if target == shift && script == Script::Normal {
                 content.push_str(&piece);
             } else {
@@ -1144,14 +1151,7 @@ impl Diagram {
         if len > head {
             // The shaft stops inside the head, so no square end shows around its tip.
             let end = (base.0 + ux * head * 0.3, base.1 + uy * head * 0.3);
-            self.line(
-                from,
-                end,
-                &Style {
-                    dashed: style.dashed,
-                    ..*style
-                },
-            );
+            self.line(from, end, style);
         }
         self.head(to, base, (ux, uy), half, style)
     }
@@ -1176,15 +1176,84 @@ impl Diagram {
         to_deg: f64,
         style: &Style,
     ) -> &mut Diagram {
+        if !self.check_arc(center, radius, from_deg, to_deg, style) {
+            return self;
+        }
+        self.push_arc(center, radius, from_deg, to_deg, style)
+    }
+
+    /// [`Diagram::arc`] with an arrowhead at `to_deg`, pointing the way the arc turns.
+    ///
+    /// ```
+    /// use figures::diagram::{Color, Diagram, Style};
+    ///
+    /// let mut d = Diagram::new(100, 100, "a rotation by 60 degrees");
+    /// d.arc_arrow((50.0, 50.0), 40.0, 0.0, 60.0, &Style::stroke(Color::INK, 1.5));
+    /// assert_eq!(d.to_svg()?.matches("<polygon").count(), 1);
+    /// # Ok::<(), figures::FigureError>(())
+    /// ```
+    pub fn arc_arrow(
+        &mut self,
+        center: (f64, f64),
+        radius: f64,
+        from_deg: f64,
+        to_deg: f64,
+        style: &Style,
+    ) -> &mut Diagram {
+        if !self.check_arc(center, radius, from_deg, to_deg, style) {
+            return self;
+        }
+        let (head, half) = head_size(style.width);
+        // The head spans the chord of `head` pixels that ends at the tip.
+        let span = (head / radius).to_degrees().min((to_deg - from_deg).abs());
+        let turn = if to_deg >= from_deg { 1.0 } else { -1.0 };
+        let base_deg = to_deg - turn * span;
+        let tip = polar(center, radius, to_deg);
+        let base = polar(center, radius, base_deg);
+        let shaft_end = to_deg - turn * span * 0.7;
+        if (shaft_end - from_deg) * turn > 0.0 {
+            self.push_arc(center, radius, from_deg, shaft_end, style);
+        }
+        let (dx, dy) = (tip.0 - base.0, tip.1 - base.1);
+        let len = (dx * dx + dy * dy).sqrt();
+        if len == 0.0 {
+            return self;
+        }
+        self.head(tip, base, (dx / len, dy / len), half, style)
+    }
+
+    /// Whether an arc's numbers are all finite and its radius positive; remembers the first
+    /// problem if not. [`Diagram::arc`] and [`Diagram::arc_arrow`] check with it.
+    fn check_arc(
+        &mut self,
+        center: (f64, f64),
+        radius: f64,
+        from_deg: f64,
+        to_deg: f64,
+        style: &Style,
+    ) -> bool {
         if !self.check(
             &[center.0, center.1, radius, from_deg, to_deg, style.width],
             "an arc",
         ) {
-            return self;
+            return false;
         }
         if radius <= 0.0 {
-            return self.fail(&format!("an arc of radius {radius}: it must be positive"));
+            self.fail(&format!("an arc of radius {radius}: it must be positive"));
+            return false;
         }
+        true
+    }
+
+    /// The SVG of an arc whose numbers [`Diagram::check_arc`] accepted.
+    fn push_arc(
+        &mut self,
+        center: (f64, f64),
+        radius: f64,
+        from_deg: f64,
+        to_deg: f64,
+        style: &Style,
+    ) -> &mut Diagram {
         let (p0, p1) = (
             polar(center, radius, from_deg),
             polar(center, radius, to_deg),
@@ -1206,52 +1275,6 @@ impl Diagram {
             r = num(radius),
         );
         self.push(&line)
-    }
-
-    /// [`Diagram::arc`] with an arrowhead at `to_deg`, pointing the way the arc turns.
-    ///
-    /// ```
-    /// use figures::diagram::{Color, Diagram, Style};
-    ///
-    /// let mut d = Diagram::new(100, 100, "a rotation by 60 degrees");
-    /// d.arc_arrow((50.0, 50.0), 40.0, 0.0, 60.0, &Style::stroke(Color::INK, 1.5));
-    /// assert_eq!(d.to_svg()?.matches("<polygon").count(), 1);
-    /// # Ok::<(), figures::FigureError>(())
-    /// ```
-    pub fn arc_arrow(
-        &mut self,
-        center: (f64, f64),
-        radius: f64,
-        from_deg: f64,
-        to_deg: f64,
-        style: &Style,
-    ) -> &mut Diagram {
-        if !self.check(
-            &[center.0, center.1, radius, from_deg, to_deg, style.width],
-            "an arc",
-        ) {
-            return self;
-        }
-        if radius <= 0.0 {
-            return self.fail(&format!("an arc of radius {radius}: it must be positive"));
-        }
-        let (head, half) = head_size(style.width);
-        // The head spans the chord of `head` pixels that ends at the tip.
-        let span = (head / radius).to_degrees().min((to_deg - from_deg).abs());
-        let turn = if to_deg >= from_deg { 1.0 } else { -1.0 };
-        let base_deg = to_deg - turn * span;
-        let tip = polar(center, radius, to_deg);
-        let base = polar(center, radius, base_deg);
-        let shaft_end = to_deg - turn * span * 0.7;
-        if (shaft_end - from_deg) * turn > 0.0 {
-            self.arc(center, radius, from_deg, shaft_end, style);
-        }
-        let (dx, dy) = (tip.0 - base.0, tip.1 - base.1);
-        let len = (dx * dx + dy * dy).sqrt();
-        if len == 0.0 {
-            return self;
-        }
-        self.head(tip, base, (dx / len, dy / len), half, style)
     }
 
     /// Draws what `draw` adds shifted by `offset`, as one SVG group (`<g transform=...>`): for
@@ -1316,9 +1339,17 @@ impl Diagram {
              role=\"img\" aria-labelledby=\"{labelled}\" font-family=\"{FONT_FAMILY}\" fill=\"{}\">",
             Color::INK.hex()
         );
-        let _ = writeln!(s, "  <title id=\"title\">{}</title>", escape(&self.title));
+        let _ = writeln!(
+            s,
+            "  <title id=\"title\">{}</title>",
+            escape(&self.title, Markup::Svg)
+        );
         if let Some(desc) = &self.description {
-            let _ = writeln!(s, "  <desc id=\"desc\">{}</desc>", escape(desc));
+            let _ = writeln!(
+                s,
+                "  <desc id=\"desc\">{}</desc>",
+                escape(desc, Markup::Svg)
+            );
         }
         let _ = writeln!(
             s,
@@ -1344,23 +1375,7 @@ impl Diagram {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn save(&self, path: impl AsRef<Path>) -> Result<PathBuf> {
-        let path = path.as_ref();
-        if !path
-            .extension()
-            .is_some_and(|e| e.eq_ignore_ascii_case("svg"))
-        {
-            return Err(FigureError::Extension {
-                path: path.to_path_buf(),
-                what: "a diagram is SVG",
-                ext: "svg",
-            });
-        }
-        let svg = self.to_svg()?;
-        std::fs::write(path, svg).map_err(|source| FigureError::Write {
-            path: path.to_path_buf(),
-            source,
-        })?;
-        Ok(path.to_path_buf())
+        files::save(path.as_ref(), SVG, || Ok(self.to_svg()?.into_bytes()))
     }
 
     /// A filled arrowhead with its tip at `tip`, its base centred on `base`, pointing along
@@ -1444,23 +1459,6 @@ fn num(v: f64) -> String {
     } else {
         s.to_string()
     }
-}
-
-/// Text escaped for SVG content and attribute values; control characters (which XML does not
-/// allow) are dropped.
-fn escape(text: &str) -> String {
-    let mut s = String::with_capacity(text.len());
-    for c in text.chars() {
-        match c {
-            '&' => s.push_str("&amp;"),
-            '<' => s.push_str("&lt;"),
-            '>' => s.push_str("&gt;"),
-            '"' => s.push_str("&quot;"),
-            c if c.is_control() => {}
-            c => s.push(c),
-        }
-    }
-    s
 }
 
 /// Where a piece of text sits.

@@ -15,6 +15,18 @@ use std::path::{Path, PathBuf};
 use ndarray::{Array3, ArrayView3};
 
 use crate::error::{FigureError, Result};
+use crate::files::{FileKind, Markup, check_extension, escape, write_atomic};
+
+/// The file of [`HeadView::write_data_script`].
+const JS: FileKind = FileKind {
+    extensions: &["js"],
+    what: "a head view's data is a JavaScript file",
+};
+/// The file of [`HeadView::write_html`].
+const HTML: FileKind = FileKind {
+    extensions: &["html", "htm"],
+    what: "a head view page is HTML",
+};
 
 /// The viewer, inlined into the pages [`HeadView::to_html`] writes (the book loads the same
 /// file through `additional-js`).
@@ -396,7 +408,7 @@ impl HeadView {
     /// ```
     pub fn write_data_script(&self, path: impl AsRef<Path>) -> Result<PathBuf> {
         let path = path.as_ref();
-        check_extension(path, &["js"], "a head view's data is a JavaScript file")?;
+        check_extension(path, JS)?;
         write_atomic(path, self.to_data_script()?.as_bytes())
     }
 
@@ -418,7 +430,10 @@ impl HeadView {
     /// ```
     pub fn to_html(&self) -> Result<String> {
         self.check_complete()?;
-        let title = html_escape(self.title.as_deref().unwrap_or("Attention head view"));
+        let title = escape(
+            self.title.as_deref().unwrap_or("Attention head view"),
+            Markup::Html,
+        );
         Ok(format!(
             "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n\
              <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n\
@@ -452,7 +467,7 @@ impl HeadView {
     /// ```
     pub fn write_html(&self, path: impl AsRef<Path>) -> Result<PathBuf> {
         let path = path.as_ref();
-        check_extension(path, &["html", "htm"], "a head view page is HTML")?;
+        check_extension(path, HTML)?;
         write_atomic(path, self.to_html()?.as_bytes())
     }
 
@@ -546,81 +561,6 @@ fn json_string(out: &mut String, s: &str) {
     out.push('"');
 }
 
-/// Text for HTML element content and attribute values.
-fn html_escape(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for c in s.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&#39;"),
-            c => out.push(c),
-        }
-    }
-    out
-}
-
-fn check_extension(path: &Path, allowed: &[&'static str], what: &'static str) -> Result<()> {
-    let ok = path
-        .extension()
-        .and_then(|e| e.to_str())
-        .is_some_and(|e| allowed.iter().any(|a| e.eq_ignore_ascii_case(a)));
-    if ok {
-        Ok(())
-    } else {
-        Err(FigureError::Extension {
-            path: path.to_path_buf(),
-            what,
-            ext: allowed[0],
-        })
-    }
-}
-
-/// Writes `bytes` to a new temporary file beside `path`, then renames it over `path`: at every
-/// moment `path` is its old content or the new one. The temporary file is removed on failure.
-fn write_atomic(path: &Path, bytes: &[u8]) -> Result<PathBuf> {
-    let write_err = |source| FigureError::Write {
-        path: path.to_path_buf(),
-        source,
-    };
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    if name.is_empty() {
-        return Err(write_err(std::io::Error::new(
-            std::io::ErrorKind::InvalidInput,
-            "not a file name",
-        )));
-    }
-    let mut n = 0;
-    let (temp, mut file) = loop {
-        let temp = path.with_file_name(format!(".{name}.{}.{n}.tmp", std::process::id()));
-        match std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .open(&temp)
-        {
-            Ok(file) => break (temp, file),
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => n += 1,
-            Err(e) => return Err(write_err(e)),
-        }
-    };
-    let written = std::io::Write::write_all(&mut file, bytes)
-        .and_then(|()| file.sync_all())
-        .and_then(|()| {
-            drop(file);
-            std::fs::rename(&temp, path)
-        });
-    if let Err(e) = written {
-        let _ = std::fs::remove_file(&temp);
-        return Err(write_err(e));
-    }
-    Ok(path.to_path_buf())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -651,7 +591,7 @@ mod tests {
             r#""\u003c/script\u003e\u003cb\u003e\"x\"\\ \u0026 \u2028\n\u0001é""#
         );
         assert_eq!(
-            html_escape("<a href=\"x\">'&'</a>"),
+            escape("<a href=\"x\">'&'</a>", Markup::Html),
             "&lt;a href=&quot;x&quot;&gt;&#39;&amp;&#39;&lt;/a&gt;"
         );
     }

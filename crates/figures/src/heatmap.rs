@@ -8,6 +8,7 @@ use ndarray::{Array2, ArrayBase, Data, Ix2};
 use crate::canvas::{self, AXIS, Align, Area, Font, GAP, LABEL, MARGIN, TICK, TITLE};
 use crate::color::{self, ColorScheme, MASK_FILL, MASK_HATCH, MUTED, Scale, ValueRange};
 use crate::error::{FigureError, Result};
+use crate::files;
 use crate::ticks::{format_value, labelled_linear_ticks};
 
 /// Matrices with more rows or columns than this are not annotated unless asked to be.
@@ -564,7 +565,8 @@ impl Heatmap {
             std::slice::from_ref(&panel),
             &self.style,
             title.as_deref(),
-            (None, false),
+            None,
+            false,
             "the matrix",
         )
     }
@@ -581,7 +583,7 @@ impl Heatmap {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn save(&self, path: impl AsRef<Path>) -> Result<PathBuf> {
-        canvas::save(path.as_ref(), || self.to_png())
+        files::save(path.as_ref(), files::PNG, || self.to_png())
     }
 }
 
@@ -721,7 +723,8 @@ impl HeatmapGrid {
             &self.panels,
             &self.style,
             self.title.as_deref(),
-            (self.columns, self.every_panel_titled),
+            self.columns,
+            self.every_panel_titled,
             "panel",
         )
     }
@@ -736,7 +739,7 @@ impl HeatmapGrid {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn save(&self, path: impl AsRef<Path>) -> Result<PathBuf> {
-        canvas::save(path.as_ref(), || self.to_png())
+        files::save(path.as_ref(), files::PNG, || self.to_png())
     }
 }
 
@@ -772,7 +775,8 @@ impl Layout {
         panels: &[Panel],
         style: &Style,
         title: Option<&str>,
-        (columns, every_panel_titled): (Option<usize>, bool),
+        columns: Option<usize>,
+        every_panel_titled: bool,
         scale: &Scale,
     ) -> Result<Self> {
         let max_rows = panels.iter().map(|p| p.data.nrows()).max().unwrap_or(1);
@@ -954,12 +958,15 @@ fn colorbar_width(style: &Style, scale: &Scale, any_masked: bool) -> i32 {
     bar.max(legend)
 }
 
-/// Validates, lays out and draws panels; `what` names a single matrix or the panels in errors.
+/// Validates, lays out and draws panels in `columns` grid columns (`None`: as many as fit) and
+/// with the axis titles on every panel or once; `what` names a single matrix or the panels in
+/// errors.
 fn render(
     panels: &[Panel],
     style: &Style,
     title: Option<&str>,
-    columns: (Option<usize>, bool),
+    columns: Option<usize>,
+    every_panel_titled: bool,
     what: &str,
 ) -> Result<Vec<u8>> {
     for (i, p) in panels.iter().enumerate() {
@@ -978,7 +985,7 @@ fn render(
         low,
         high,
     };
-    let l = Layout::new(panels, style, title, columns, &scale)?;
+    let l = Layout::new(panels, style, title, columns, every_panel_titled, &scale)?;
     let grid_rows = panels.len().div_ceil(l.columns);
 
     // Each grid column is as wide as its widest matrix, each grid row as tall as its tallest.
@@ -1227,7 +1234,7 @@ mod tests {
             low: 0.0,
             high: 1.0,
         };
-        Layout::new(&panels, &style, None, (None, false), &scale).unwrap()
+        Layout::new(&panels, &style, None, None, false, &scale).unwrap()
     }
 
     #[test]

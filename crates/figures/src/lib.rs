@@ -49,6 +49,7 @@ mod canvas;
 mod color;
 pub mod diagram;
 mod error;
+mod files;
 mod head_view;
 mod heatmap;
 mod line;

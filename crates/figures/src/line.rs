@@ -5,7 +5,8 @@ use std::path::{Path, PathBuf};
 use crate::canvas::{self, AXIS, Align, GAP, LABEL, MARGIN, Shapes, TICK, TITLE};
 use crate::color::{GRID, MUTED, series_color};
 use crate::error::{FigureError, Result};
-use crate::ticks::{format_tick, labelled_linear_ticks, log_ticks};
+use crate::files;
+use crate::ticks::{axis_range, format_tick, labelled_linear_ticks, log_ticks};
 
 /// Width of the lines of a chart, in pixels.
 const LINE_W: f64 = 2.5;
@@ -334,18 +335,9 @@ impl LineChart {
                 ys = (ys.0.min(y), ys.1.max(y));
             }
         }
-        if let Some((low, high)) = self.y_range {
-            let positive = self.y_axis == Axis::Linear || low > 0.0;
-            if !(low.is_finite() && high.is_finite() && low < high && positive) {
-                return Err(FigureError::BadRange { low, high });
-            }
-            ys = (low, high);
-        }
-        for (what, (low, high)) in [("x values", xs), ("y values", ys)] {
-            if !(high - low).is_finite() {
-                return Err(FigureError::TooWide { what, low, high });
-            }
-        }
+        let xs = axis_range(None, xs, false, "x values")?;
+        let log = self.y_axis != Axis::Linear;
+        let ys = axis_range(self.y_range, ys, log, "y values")?;
         Ok((xs, ys))
     }
 
@@ -419,25 +411,16 @@ impl LineChart {
                     .align(Align::Center)
                     .draw(area, s, (x, bottom + TICK + 4))?;
             }
-            for (v, s) in &y_ticks {
-                let y = py(*v);
-                canvas::fill(area, (left, y), (right, y + 1), GRID)?;
-                canvas::fill(area, (left - TICK, y), (left, y + 1), MUTED)?;
-                LABEL
-                    .pen()
-                    .align(Align::End)
-                    .middle()
-                    .draw(area, s, (left - TICK - 4, y))?;
-            }
+            canvas::draw_y_axis(
+                area,
+                &y_ticks,
+                py,
+                (left, right),
+                (top, bottom),
+                &self.y_label,
+            )?;
             canvas::fill(area, (left, top), (left + 1, bottom + 1), MUTED)?;
             canvas::fill(area, (left, bottom), (right + 1, bottom + 1), MUTED)?;
-            if !self.y_label.is_empty() {
-                AXIS.pen().align(Align::Center).up().draw(
-                    area,
-                    &self.y_label,
-                    (MARGIN, (top + bottom) / 2),
-                )?;
-            }
             let x_label_y = bottom + TICK + 4 + LABEL.line_height() + GAP;
             if !self.x_label.is_empty() {
                 AXIS.pen().align(Align::Center).draw(
@@ -518,7 +501,7 @@ impl LineChart {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn save(&self, path: impl AsRef<Path>) -> Result<PathBuf> {
-        canvas::save(path.as_ref(), || self.to_png())
+        files::save(path.as_ref(), files::PNG, || self.to_png())
     }
 }
 

@@ -1,4 +1,32 @@
-//! Tick positions and number formatting shared by colour bars and charts.
+//! Axis ranges, tick positions and number formatting shared by colour bars and charts.
+
+use crate::error::{FigureError, Result};
+
+/// The range a chart's axis covers: `fixed` when one was set (both ends finite, `low < high`,
+/// and `low > 0` on a `log` axis, else [`FigureError::BadRange`]), otherwise `data`, the
+/// extent of the values; either way its span must be a finite number, else
+/// [`FigureError::TooWide`], naming the values as `what`.
+pub(crate) fn axis_range(
+    fixed: Option<(f64, f64)>,
+    data: (f64, f64),
+    log: bool,
+    what: &'static str,
+) -> Result<(f64, f64)> {
+    let (low, high) = match fixed {
+        Some((low, high)) => {
+            let positive = !log || low > 0.0;
+            if !(low.is_finite() && high.is_finite() && low < high && positive) {
+                return Err(FigureError::BadRange { low, high });
+            }
+            (low, high)
+        }
+        None => data,
+    };
+    if !(high - low).is_finite() {
+        return Err(FigureError::TooWide { what, low, high });
+    }
+    Ok((low, high))
+}
 
 /// Formats `v` with `precision` decimals, with a true minus sign (U+2212) and no "−0.00".
 /// Magnitudes of a million and more are written in scientific notation ("1.50e7").

@@ -214,8 +214,17 @@ impl Gpu {
     }
 }
 
-/// `"22.3.6"` from a driver description such as `"Mesa 22.3.6 (LLVM 15.0.6)"`.
-fn mesa_version(driver_info: &str) -> Option<&str> {
+/// The version of Mesa named in a driver's description, `"22.3.6"` from
+/// `"Mesa 22.3.6 (LLVM 15.0.6)"`: the digits and dots after the first `"Mesa "`, or `None`
+/// when there are none. [`Gpu::mesa_version`] reads it from the adapter's own description;
+/// this reads any text that holds one (a recorded adapter's name, say).
+///
+/// ```
+/// assert_eq!(gpu::mesa_version("Mesa 22.3.6 (LLVM 15.0.6)"), Some("22.3.6"));
+/// assert_eq!(gpu::mesa_version("llvmpipe Mesa 24.2.8-1ubuntu1"), Some("24.2.8"));
+/// assert_eq!(gpu::mesa_version("570.86.15"), None); // NVIDIA's driver
+/// ```
+pub fn mesa_version(driver_info: &str) -> Option<&str> {
     let (_, rest) = driver_info.split_once("Mesa ")?;
     let end = rest.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(rest.len());
     Some(&rest[..end]).filter(|v| !v.is_empty())

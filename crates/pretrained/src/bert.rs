@@ -278,13 +278,39 @@ impl Bert {
     /// ```
     // ANCHOR: bert_forward
     pub fn forward(&self, batch: &[&[u32]]) -> Result<BertOutput> {
+        self.forward_from(batch, 0)
+    }
+
+    // ANCHOR_END: bert_forward
+    /// As [`Bert::forward`], with every sequence's positions' rows starting at `first`
+    /// ([`Embeddings::forward_from`]): what transformers computes when given `position_ids`
+    /// that start at `first`. Each sequence's last row must stay inside the table.
+    ///
+    /// ```
+    /// use ndarray::Axis;
+    /// use pretrained::Bert;
+    ///
+    /// let bert = Bert::load(pretrained::minilm_dir()).unwrap();
+    /// let ids: &[u32] = &[101, 7592, 102];
+    /// assert_eq!(bert.forward_from(&[ids], 0).unwrap().hidden_states, bert.forward(&[ids]).unwrap().hidden_states);
+    /// let later = bert.forward_from(&[ids], 50).unwrap();
+    /// let embedded = bert.embeddings().forward_from(ids, 50).unwrap().insert_axis(Axis(0));
+    /// assert_eq!(later.hidden_states[0], embedded); // the layers read positions 50, 51, 52
+    /// let by_hand = bert.layers()[0].forward(&embedded, None).unwrap();
+    /// assert_eq!(later.attentions[0], by_hand.weights);
+    /// assert_eq!(later.hidden_states[1], by_hand.hidden);
+    /// assert!(bert.forward_from(&[ids], 510).is_err()); // position 512 is not in the table
+    /// ```
+    // ANCHOR: bert_forward
+    pub fn forward_from(&self, batch: &[&[u32]], first: usize) -> Result<BertOutput> {
         let lengths = self.check_batch(batch)?;
         let l = *lengths.iter().max().expect("checked: at least one sequence");
         let mut x = Array3::zeros((batch.len(), l, self.config.hidden_size));
         for (item, ids) in batch.iter().enumerate() {
             let mut padded = ids.to_vec();
             padded.resize(l, 0); // id 0 is [PAD]; the mask hides it
-            x.index_axis_mut(Axis(0), item).assign(&self.embeddings.forward(&padded)?);
+            x.index_axis_mut(Axis(0), item)
+                .assign(&self.embeddings.forward_from(&padded, first)?);
         }
         let mask = match lengths.iter().all(|&n| n == l) {
             true => None,

@@ -46,20 +46,15 @@ pub struct Run {
 /// ```
 // ANCHOR: run
 pub fn run(encoder: &SentenceEncoder, text: &str) -> Result<Run> {
-    let tokens = encoder.tokenizer().encode(text)?;
-    let out = encoder.bert().forward(&[&tokens.ids])?;
-    let item = |a: &Array3<f32>| a.index_axis(Axis(0), 0).to_owned();
-    let weights = out.attentions.iter().map(|w| w.index_axis(Axis(0), 0).to_owned()).collect();
-    let inputs = out.hidden_states[..out.attentions.len()].iter().map(item).collect();
-    Ok(Run { tokens, weights, inputs })
+    run_tokens(encoder, encoder.tokenizer().encode(text)?, 0)
 }
 // ANCHOR_END: run
 
 /// As [`run`], for tokens given rather than made from a text (such as
 /// [`Tokenizer::tokens_of`](crate::Tokenizer::tokens_of) of a sentence without its `[CLS]`),
 /// with the positions' rows starting at `first`
-/// ([`Embeddings::forward_from`](crate::Embeddings::forward_from)). With the tokenizer's own
-/// tokens and `first` = 0 it is [`run`], bit for bit.
+/// ([`Bert::forward_from`](crate::Bert::forward_from)). [`run`] is this with the tokenizer's
+/// own tokens and `first` = 0.
 ///
 /// ```
 /// use pretrained::{SentenceEncoder, study};
@@ -70,20 +65,16 @@ pub fn run(encoder: &SentenceEncoder, text: &str) -> Result<Run> {
 /// assert_eq!(same.weights, study::run(&encoder, "Hello world").unwrap().weights);
 /// let later = study::run_tokens(&encoder, tokens.clone(), 50).unwrap();
 /// assert_ne!(later.weights, same.weights); // other position rows, other weights
+/// let embedded = encoder.bert().embeddings().forward_from(&tokens.ids, 50).unwrap();
+/// assert_eq!(later.inputs[0], embedded); // layer 0 reads positions 50, 51, 52, 53
 /// assert!(study::run_tokens(&encoder, tokens, 510).is_err()); // past position 511
 /// ```
 // ANCHOR: run_tokens
 pub fn run_tokens(encoder: &SentenceEncoder, tokens: Tokens, first: usize) -> Result<Run> {
-    let bert = encoder.bert();
-    let x = bert.embeddings().forward_from(&tokens.ids, first)?; // positions first..first + L
-    let mut x = x.insert_axis(Axis(0)); // a batch of one, (1, L, d_model)
-    let (mut weights, mut inputs) = (Vec::new(), Vec::new());
-    for layer in bert.layers() {
-        inputs.push(x.index_axis(Axis(0), 0).to_owned());
-        let out = layer.forward(&x, None)?;
-        weights.push(out.weights.index_axis(Axis(0), 0).to_owned());
-        x = out.hidden;
-    }
+    let out = encoder.bert().forward_from(&[&tokens.ids], first)?; // positions first..first + L
+    let item = |a: &Array3<f32>| a.index_axis(Axis(0), 0).to_owned();
+    let weights = out.attentions.iter().map(|w| w.index_axis(Axis(0), 0).to_owned()).collect();
+    let inputs = out.hidden_states[..out.attentions.len()].iter().map(item).collect();
     Ok(Run { tokens, weights, inputs })
 }
 // ANCHOR_END: run_tokens
@@ -150,29 +141,30 @@ pub fn head_scores(runs: &[Run], pattern: Pattern) -> Result<Array2<f64>> {
 // ANCHOR_END: head_scores
 
 /// The weight every head of run `r` puts on key `key`, averaged over the queries:
-/// `(layers, heads)`. Over 0.5 for a head that parks most of its weight there.
+/// `(layers, heads)`. Over 0.5 for a head that parks most of its weight there. An error if
+/// `key` is not a position of the run.
 ///
 /// ```
 /// use pretrained::{SentenceEncoder, study};
 ///
 /// let encoder = SentenceEncoder::load(pretrained::minilm_dir()).unwrap();
 /// let r = study::run(&encoder, "The cat sat on the mat.").unwrap();
-/// let on_first = study::weight_on(&r, 0);
+/// let on_first = study::weight_on(&r, 0).unwrap();
 /// assert_eq!(on_first.dim(), (6, 12));
 /// assert!(on_first.iter().all(|&w| (0.0..=1.0).contains(&w)));
-/// let everywhere: f64 = (0..9).map(|k| study::weight_on(&r, k)[[0, 2]]).sum();
+/// let everywhere: f64 = (0..9).map(|k| study::weight_on(&r, k).unwrap()[[0, 2]]).sum();
 /// assert!((everywhere - 1.0).abs() < 1e-5); // each query's weights sum to 1
+/// let err = study::weight_on(&r, 9).unwrap_err().to_string();
+/// assert_eq!(err, "key 9 is out of range: the run has 9 tokens (keys 0 to 8)");
 /// ```
-///
-/// # Panics
-///
-/// If `key` is not a position of the run.
-pub fn weight_on(r: &Run, key: usize) -> Array2<f64> {
+pub fn weight_on(r: &Run, key: usize) -> Result<Array2<f64>> {
+    let len = r.weights.first().map_or(r.tokens.ids.len(), |w| w.shape()[2]);
+    check_key(key, len, "the run has", "tokens")?;
     let heads = r.weights.first().map_or(0, |w| w.shape()[0]);
-    Array2::from_shape_fn((r.weights.len(), heads), |(l, h)| {
+    Ok(Array2::from_shape_fn((r.weights.len(), heads), |(l, h)| {
         let column = r.weights[l].index_axis(Axis(0), h).column(key).mapv(f64::from);
         column.sum() / column.len() as f64
-    })
+    }))
 }
 
 /// The share of head `head` of layer `layer`'s queries, over the runs, whose largest weight
@@ -258,7 +250,8 @@ impl HeadWrites {
 
     /// As [`first_value_ratio`](Self::first_value_ratio), for the token at `key`: the length
     /// of its value over the mean length of the values of the tokens that are neither `key`
-    /// nor in `leave_out` (another sink, say, whose small value would lower the mean).
+    /// nor in `leave_out` (another sink, say, whose small value would lower the mean). An
+    /// error if `key` is not one of the tokens.
     ///
     /// ```
     /// use ndarray::array;
@@ -266,16 +259,19 @@ impl HeadWrites {
     ///
     /// let values = array![[0.0, 0.1], [3.0, 4.0], [0.2, 0.0], [0.0, 5.0]];
     /// let w = HeadWrites { written: values.clone(), values };
-    /// assert!((w.value_ratio(2, &[0]) - 0.04).abs() < 1e-12); // 0.2 against 5
-    /// assert_eq!(w.value_ratio(0, &[]), w.first_value_ratio());
+    /// assert!((w.value_ratio(2, &[0]).unwrap() - 0.04).abs() < 1e-12); // 0.2 against 5
+    /// assert_eq!(w.value_ratio(0, &[]).unwrap(), w.first_value_ratio());
+    /// let err = w.value_ratio(4, &[]).unwrap_err().to_string();
+    /// assert_eq!(err, "key 4 is out of range: the head's values have 4 rows (keys 0 to 3)");
     /// ```
-    pub fn value_ratio(&self, key: usize, leave_out: &[usize]) -> f64 {
+    pub fn value_ratio(&self, key: usize, leave_out: &[usize]) -> Result<f64> {
         let n = norms(&self.values);
+        check_key(key, n.len(), "the head's values have", "rows")?;
         let others: Vec<f64> = (0..n.len())
             .filter(|j| *j != key && !leave_out.contains(j))
             .map(|j| n[j])
             .collect();
-        n[key] / mean(&others)
+        Ok(n[key] / mean(&others))
     }
 
     /// The mean length of what the head adds to a token over the mean length of the other
@@ -393,6 +389,20 @@ pub fn top(table: &ArrayRef2<f64>, n: usize) -> Vec<((usize, usize), f64)> {
     all.sort_by(|x, y| y.1.total_cmp(&x.1).then(x.0.cmp(&y.0)));
     all.truncate(n);
     all
+}
+
+/// An error unless `key < len`: "key 9 is out of range: {has} 9 {unit} (keys 0 to 8)".
+fn check_key(key: usize, len: usize, has: &str, unit: &str) -> Result<()> {
+    if key < len {
+        return Ok(());
+    }
+    let keys = match len {
+        0 => "no keys".to_string(),
+        _ => format!("keys 0 to {}", len - 1),
+    };
+    Err(PretrainedError::Input(format!(
+        "key {key} is out of range: {has} {len} {unit} ({keys})"
+    )))
 }
 
 /// `(layers, heads)` of the runs, which must be at least one and agree.
