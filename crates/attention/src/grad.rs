@@ -249,9 +249,11 @@ impl<A: Float> LayerTape<A> {
 
     /// The heads' outputs side by side before `W_O`, `(batch, L, d_model)`: head `h` in the
     /// columns `h·d_head .. (h+1)·d_head`.
+    // ANCHOR: tape_merged
     pub(crate) fn merged(&self) -> &Array3<A> {
         &self.merged
     }
+    // ANCHOR_END: tape_merged
 }
 
 /// The gradients of a loss with respect to the input and the four weight matrices of a

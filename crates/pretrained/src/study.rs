@@ -71,7 +71,8 @@ pub fn run(encoder: &SentenceEncoder, text: &str) -> Result<Run> {
 /// ```
 // ANCHOR: run_tokens
 pub fn run_tokens(encoder: &SentenceEncoder, tokens: Tokens, first: usize) -> Result<Run> {
-    let out = encoder.bert().forward_from(&[&tokens.ids], first)?; // positions first..first + L
+    // Positions first .. first + L.
+    let out = encoder.bert().forward_from(&[&tokens.ids], first)?;
     let item = |a: &Array3<f32>| a.index_axis(Axis(0), 0).to_owned();
     let weights = out.attentions.iter().map(|w| w.index_axis(Axis(0), 0).to_owned()).collect();
     let inputs = out.hidden_states[..out.attentions.len()].iter().map(item).collect();
