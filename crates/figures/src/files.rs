@@ -23,7 +23,7 @@ pub(crate) const PNG: FileKind = FileKind {
 /// Fails unless `path` ends in one of `kind`'s extensions. A PNG's error is
 /// [`FigureError::NotPng`] (its own variant, with the same message), the others'
 /// [`FigureError::Extension`].
-pub(crate) fn check_extension(path: &Path, kind: FileKind) -> Result<()> {
+fn check_extension(path: &Path, kind: FileKind) -> Result<()> {
     let ok = path
         .extension()
         .and_then(|e| e.to_str())
@@ -43,25 +43,20 @@ pub(crate) fn check_extension(path: &Path, kind: FileKind) -> Result<()> {
 }
 
 /// Checks that `path` ends in one of `kind`'s extensions (before rendering anything), renders
-/// with `render` and writes the bytes to `path`; the directory must exist. Returns the path
-/// written.
+/// with `render` and writes the bytes to `path` ([`write_atomic`]); the directory must exist.
+/// Returns the path written.
 pub(crate) fn save(
     path: &Path,
     kind: FileKind,
     render: impl FnOnce() -> Result<Vec<u8>>,
 ) -> Result<PathBuf> {
     check_extension(path, kind)?;
-    let bytes = render()?;
-    std::fs::write(path, bytes).map_err(|source| FigureError::Write {
-        path: path.to_path_buf(),
-        source,
-    })?;
-    Ok(path.to_path_buf())
+    write_atomic(path, &render()?)
 }
 
 /// Writes `bytes` to a new temporary file beside `path`, then renames it over `path`: at every
 /// moment `path` is its old content or the new one. The temporary file is removed on failure.
-pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> Result<PathBuf> {
+fn write_atomic(path: &Path, bytes: &[u8]) -> Result<PathBuf> {
     let write_err = |source| FigureError::Write {
         path: path.to_path_buf(),
         source,

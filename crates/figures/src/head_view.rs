@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use ndarray::{Array3, ArrayView3};
 
 use crate::error::{FigureError, Result};
-use crate::files::{FileKind, Markup, check_extension, escape, write_atomic};
+use crate::files::{FileKind, Markup, escape, save};
 
 /// The file of [`HeadView::write_data_script`].
 const JS: FileKind = FileKind {
@@ -407,9 +407,7 @@ impl HeadView {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn write_data_script(&self, path: impl AsRef<Path>) -> Result<PathBuf> {
-        let path = path.as_ref();
-        check_extension(path, JS)?;
-        write_atomic(path, self.to_data_script()?.as_bytes())
+        save(path.as_ref(), JS, || Ok(self.to_data_script()?.into_bytes()))
     }
 
     /// One self-contained HTML page: the viewer's script and style, and the data, inlined;
@@ -466,9 +464,7 @@ impl HeadView {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn write_html(&self, path: impl AsRef<Path>) -> Result<PathBuf> {
-        let path = path.as_ref();
-        check_extension(path, HTML)?;
-        write_atomic(path, self.to_html()?.as_bytes())
+        save(path.as_ref(), HTML, || Ok(self.to_html()?.into_bytes()))
     }
 
     /// What the files need beyond what [`HeadView::layer`] checked: a usable id and a layer.
