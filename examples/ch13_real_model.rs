@@ -115,13 +115,16 @@ fn mean_on(r: &Run, key: usize) -> pretrained::Result<f64> {
     Ok(study::weight_on(r, key)?.mean().unwrap_or(0.0))
 }
 
+/// Token ids chosen by hand run through the model, their positions' rows starting at `first`.
+fn run_ids(encoder: &SentenceEncoder, ids: &[u32], first: usize) -> Result<Run, Box<dyn Error>> {
+    Ok(study::run_tokens(encoder, encoder.tokenizer().tokens_of(ids)?, first)?)
+}
+
 /// The grid sentence changed at its start, run through the model: what the experiment of the
 /// chapter prints, the weight on position 0 and on the token `[CLS]` wherever it stands.
 fn first_position(encoder: &SentenceEncoder, out: &mut String) -> Result<(), Box<dyn Error>> {
     let ids = encoder.tokenizer().encode(SENTENCE)?.ids;
-    let run = |ids: &[u32], first: usize| -> Result<Run, Box<dyn Error>> {
-        Ok(study::run_tokens(encoder, encoder.tokenizer().tokens_of(ids)?, first)?)
-    };
+    let run = |ids: &[u32], first: usize| run_ids(encoder, ids, first);
     let without: Vec<u32> = ids[1..].to_vec();
     let mut sep_first = ids.clone();
     sep_first[0] = SEP;
@@ -207,7 +210,7 @@ fn positional(encoder: &SentenceEncoder, probe: &[Run], out: &mut String) -> Res
             let mut ids = vec![CLS];
             ids.extend(study::random_ids(RANDOM_LEN, 999..30522, seed));
             ids.push(SEP);
-            Ok(study::run_tokens(encoder, encoder.tokenizer().tokens_of(&ids)?, 0)?)
+            run_ids(encoder, &ids, 0)
         })
         .collect::<Result<Vec<_>, Box<dyn Error>>>()?;
     let previous = study::head_scores(&runs, Pattern::PreviousToken)?;

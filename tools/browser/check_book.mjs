@@ -165,18 +165,16 @@ async function checkFolds(page, origin, file) {
     problems.push("a click on the first fold's summary does not open it");
   }
   await first.locator("summary").first().click();
+  const setTheme = theme => page.evaluate(([t, all]) => {
+    document.documentElement.classList.remove(...all);
+    document.documentElement.classList.add(t);
+  }, [theme, THEMES]);
   for (const theme of THEMES) {
-    await page.evaluate(([t, all]) => {
-      document.documentElement.classList.remove(...all);
-      document.documentElement.classList.add(t);
-    }, [theme, THEMES]);
+    await setTheme(theme);
     const ratio = await contrast(first);
     if (ratio < 4.5) problems.push(`theme ${theme}: the fold's summary has contrast ${ratio.toFixed(2)} (at least 4.5)`);
   }
-  await page.evaluate(all => {
-    document.documentElement.classList.remove(...all);
-    document.documentElement.classList.add("light");
-  }, THEMES);
+  await setTheme("light");
   // Printing: the print stylesheet alone, then the script's beforeprint/afterprint.
   await page.emulateMedia({ media: "print" });
   const hiddenInPrint = [];

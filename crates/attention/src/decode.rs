@@ -641,10 +641,7 @@ mod tests {
         let x: Array2<A> = random_matrix(l, 16, 1.0, &mut StdRng::seed_from_u64(1));
         for gqa in layers {
             for window in [None, Some(1), Some(3), Some(l - 1), Some(l), Some(2 * l)] {
-                let mask = match window {
-                    None => Mask::causal(l),
-                    Some(w) => Mask::sliding_window(l, w).unwrap(),
-                };
+                let mask = window_mask(l, window);
                 let one_pass = gqa.forward(&x, Some(&mask)).unwrap();
                 let decoded = gqa.decode(&x, window).unwrap();
                 let case = format!("G = {}, window {window:?}", gqa.kv_heads());
@@ -657,6 +654,14 @@ mod tests {
                     }
                 }
             }
+        }
+    }
+
+    /// The mask a cache with this window applies: causal without one, a sliding window with.
+    fn window_mask(l: usize, window: Option<usize>) -> Mask {
+        match window {
+            None => Mask::causal(l),
+            Some(w) => Mask::sliding_window(l, w).unwrap(),
         }
     }
 
@@ -732,10 +737,7 @@ mod tests {
         let x: Array2<A> = random_matrix(l, 16, 1.0, &mut StdRng::seed_from_u64(5));
         for gqa in layers {
             for window in [None, Some(1), Some(3), Some(l)] {
-                let mask = match window {
-                    None => Mask::causal(l),
-                    Some(w) => Mask::sliding_window(l, w).unwrap(),
-                };
+                let mask = window_mask(l, window);
                 let one_pass = gqa.forward(&x, Some(&mask)).unwrap();
                 for p in [1, 2, 4, l] {
                     let case =
@@ -789,10 +791,7 @@ mod tests {
         let x: Array2<f64> = random_matrix(l, 16, 1.0, &mut StdRng::seed_from_u64(6));
         for gqa in rope_layers::<f64>() {
             for window in [None, Some(2), Some(3), Some(5)] {
-                let mask = match window {
-                    None => Mask::causal(l),
-                    Some(w) => Mask::sliding_window(l, w).unwrap(),
-                };
+                let mask = window_mask(l, window);
                 let one_pass = gqa.forward(&x, Some(&mask)).unwrap();
                 let mut cache = gqa.new_cache(l, window).unwrap();
                 let mut start = 0;

@@ -236,13 +236,14 @@ impl Gpu {
             }
         };
         // ANCHOR: checks
-        let available = self.limits.max_compute_workgroup_storage_size;
-        if kernel == Kernel::Tiled && tile_bytes(d_k, d_v) > available {
+        let (needed, available) =
+            (tile_bytes(d_k, d_v), self.limits.max_compute_workgroup_storage_size);
+        if kernel == Kernel::Tiled && needed > available {
             return Err(GpuError::WorkgroupMemory {
                 adapter: self.adapter.name.clone(),
                 d_k,
                 d_v,
-                needed: tile_bytes(d_k, d_v),
+                needed,
                 available,
             });
         }

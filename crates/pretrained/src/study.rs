@@ -81,9 +81,9 @@ pub fn run_tokens(encoder: &SentenceEncoder, tokens: Tokens, first: usize) -> Re
 // ANCHOR_END: run_tokens
 
 /// `n` token ids drawn from `ids` by a seeded generator (SplitMix64, written out here so that
-/// every machine draws the same ids; the remainder's bias towards low ids is below `1e-14`). For all-MiniLM-L6-v2, `999..30522` holds
-/// the vocabulary's ordinary pieces: below 999 are `[PAD]`, `[UNK]`, `[CLS]`, `[SEP]`,
-/// `[MASK]` and the `[unused…]` rows.
+/// every machine draws the same ids; the remainder's bias towards low ids is below `1e-14`).
+/// For all-MiniLM-L6-v2, `999..30522` holds the vocabulary's ordinary pieces: below 999 are
+/// `[PAD]`, `[UNK]`, `[CLS]`, `[SEP]`, `[MASK]` and the `[unused…]` rows.
 ///
 /// # Panics
 ///

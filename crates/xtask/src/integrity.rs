@@ -108,9 +108,9 @@ fn include_directives(text: &str) -> Vec<&str> {
 }
 
 fn check_include(dir: &Path, directive: &str) -> std::result::Result<(), String> {
-    let (path, lines) = expand_include(dir, directive)?;
+    let (path, text, lines) = expand_include_text(dir, directive)?;
     if path.extension().is_some_and(|e| e == "txt") && directive.starts_with("include ") {
-        check_output_sections(&path, &lines)?;
+        check_output_sections(&path, &text, &lines)?;
     }
     Ok(())
 }
@@ -119,11 +119,12 @@ fn check_include(dir: &Path, directive: &str) -> std::result::Result<(), String>
 /// be whole paragraphs: it starts at the file's first line or after a blank line, and ends at its
 /// last line or before a blank line, neither end blank. When the example's report changes shape,
 /// a range cut out of it by line numbers then fails here instead of showing the wrong lines.
-fn check_output_sections(path: &Path, included: &[(usize, String)]) -> std::result::Result<(), String> {
+///
+/// `text` is the whole file at `path`, `included` the lines the directive put in.
+fn check_output_sections(path: &Path, text: &str, included: &[(usize, String)]) -> std::result::Result<(), String> {
     let (Some((first, _)), Some((last, _))) = (included.first(), included.last()) else {
         return Err(format!("includes no line of {}", path.display()));
     };
-    let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
     let lines: Vec<&str> = text.lines().collect();
     let blank = |i: usize| lines.get(i).is_none_or(|l| l.trim().is_empty());
     let starts_a_paragraph = *first == 0 || blank(first - 1);
@@ -192,6 +193,11 @@ fn parse_selector(selector: Option<&str>) -> Selector<'_> {
 /// first segment only. Marker lines are never included. Fails when the file cannot be read or
 /// lacks the anchor (mdBook would only warn and include nothing).
 fn expand_include(dir: &Path, directive: &str) -> std::result::Result<(PathBuf, Vec<(usize, String)>), String> {
+    expand_include_text(dir, directive).map(|(path, _, lines)| (path, lines))
+}
+
+/// [`expand_include`], with the whole text of the included file as well.
+fn expand_include_text(dir: &Path, directive: &str) -> std::result::Result<(PathBuf, String, Vec<(usize, String)>), String> {
     let (kind, spec) = directive.split_once(' ').map(|(k, s)| (k, s.trim())).unwrap_or((directive, ""));
     let spec = spec.split_whitespace().next().unwrap_or("");
     let (file, selector) = match spec.split_once(':') {
@@ -239,7 +245,7 @@ fn expand_include(dir: &Path, directive: &str) -> std::result::Result<(PathBuf, 
             out
         }
     };
-    Ok((path, out))
+    Ok((path, text, out))
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -928,7 +934,7 @@ fn parse_html(html: &str) -> Page {
 }
 
 /// Index of the `>` closing the tag that starts `s`, skipping quoted attribute values.
-pub(crate) fn tag_end(s: &str) -> Option<usize> {
+fn tag_end(s: &str) -> Option<usize> {
     let mut quote = None;
     for (i, c) in s.char_indices().skip(1) {
         match (quote, c) {
@@ -942,7 +948,7 @@ pub(crate) fn tag_end(s: &str) -> Option<usize> {
     None
 }
 
-pub(crate) fn parse_tag(raw: &str) -> Tag {
+fn parse_tag(raw: &str) -> Tag {
     let raw = raw.trim_end_matches('/');
     let name_end = raw.find(|c: char| c.is_whitespace()).unwrap_or(raw.len());
     let name = raw[..name_end].to_ascii_lowercase();

@@ -203,28 +203,26 @@ fn chapter_files(html_dir: &Path) -> Result<Vec<std::path::PathBuf>> {
 /// screen, chapters 1-7 above half of [`BEFORE_CH01_07`], and a fast path outside
 /// [`FAST_PATH_MINUTES`].
 pub(crate) fn check_reading_line(html_dir: &Path) -> Result<Vec<String>> {
-    let mut problems = Vec::new();
-    let mut rows = Vec::new();
-    let intro = html_dir.join("introduction.html");
-    let intro_html = read(&intro)?;
-    for file in std::iter::once(intro.clone()).chain(chapter_files(html_dir)?) {
+    let intro_html = read(&html_dir.join("introduction.html"))?;
+    let intro = measure(&intro_html);
+    let mut problems: Vec<String> = intro.problems.iter().map(|p| format!("introduction.html: {p}")).collect();
+    let mut rows = vec![("introduction.html".to_string(), intro)];
+    for file in chapter_files(html_dir)? {
         let name = file.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-        let reading = measure(&if file == intro { intro_html.clone() } else { read(&file)? });
+        let reading = measure(&read(&file)?);
         for problem in &reading.problems {
             problems.push(format!("{name}: {problem}"));
         }
-        if file != intro {
-            match reading.recap {
-                None => problems.push(format!("{name}: no `## Recap` (the formula, the listing, four to six bullets)")),
-                Some(words) if words > RECAP_MAX_WORDS => {
-                    problems.push(format!("{name}: the recap has {words} words (one screen: at most {RECAP_MAX_WORDS})"))
-                }
-                Some(_) if !(4..=6).contains(&reading.recap_bullets) => problems.push(format!(
-                    "{name}: the recap has {} bullets (four to six)",
-                    reading.recap_bullets
-                )),
-                Some(_) => {}
+        match reading.recap {
+            None => problems.push(format!("{name}: no `## Recap` (the formula, the listing, four to six bullets)")),
+            Some(words) if words > RECAP_MAX_WORDS => {
+                problems.push(format!("{name}: the recap has {words} words (one screen: at most {RECAP_MAX_WORDS})"))
             }
+            Some(_) if !(4..=6).contains(&reading.recap_bullets) => problems.push(format!(
+                "{name}: the recap has {} bullets (four to six)",
+                reading.recap_bullets
+            )),
+            Some(_) => {}
         }
         rows.push((name, reading));
     }
