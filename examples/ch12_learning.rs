@@ -141,6 +141,11 @@ fn percent(x: f64) -> String {
     format!("{:.1} %", 100.0 * x)
 }
 
+/// A score as the report writes it: `97.5 % (39 of 40)`.
+fn tally(score: &Score) -> String {
+    format!("{} ({} of {})", percent(score.accuracy()), score.correct, score.scored)
+}
+
 fn final_score(run: &TrainingRun) -> Score {
     run.evals.last().expect("an evaluation at the end").score
 }
@@ -464,13 +469,7 @@ fn reversal_report(out: &mut String, runs: &Runs) -> Result<(), Box<dyn Error>> 
         all_right.step,
         steady_from(&runs.reversal, 1.0).ok_or("not every position right at the end")?
     )?;
-    writeln!(
-        out,
-        "without positions: {} ({} of {})",
-        percent(without.accuracy()),
-        without.correct,
-        without.scored
-    )?;
+    writeln!(out, "without positions: {}", tally(&without))?;
     writeln!(out)?;
 
     let r = blind_references(runs)?;
@@ -712,14 +711,10 @@ fn induction_report(
     let (two, one) = (final_score(&runs.induction), final_score(&runs.one_layer));
     writeln!(
         out,
-        "after {} steps: 2 layers {} ({} of {}), 1 layer {} ({} of {})",
+        "after {} steps: 2 layers {}, 1 layer {}",
         config.steps,
-        percent(two.accuracy()),
-        two.correct,
-        two.scored,
-        percent(one.accuracy()),
-        one.correct,
-        one.scored
+        tally(&two),
+        tally(&one)
     )?;
     writeln!(out)?;
 
@@ -779,13 +774,7 @@ fn induction_report(
     let no_second = (0..model.config().heads)
         .try_fold(model.clone(), |m, head| m.without_head(1, head))?
         .score(held)?;
-    writeln!(
-        out,
-        "  with both heads of layer 2 removed: {} ({} of {})",
-        percent(no_second.accuracy()),
-        no_second.correct,
-        no_second.scored
-    )?;
+    writeln!(out, "  with both heads of layer 2 removed: {}", tally(&no_second))?;
     writeln!(out)?;
 
     let probe = &runs.induction.probe;
