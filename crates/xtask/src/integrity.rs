@@ -514,8 +514,10 @@ struct FnDef {
     /// The file and the index of the line with `fn name`.
     file: PathBuf,
     line: usize,
-    /// The file's module (its stem): `sdpa` for `sdpa.rs`.
+    /// The file's module (its stem): `sdpa` for `sdpa.rs`, `learn` for `learn/mod.rs`.
     module: String,
+    /// The folder's module, for a file in a folder (`learn` for `learn/train.rs`), else empty.
+    parent: String,
     /// The type of the `impl` (or the trait) it sits in; `None` for a free function.
     owner: Option<String>,
     name: String,
@@ -594,8 +596,20 @@ fn crate_functions(crate_src: &Path) -> Result<(Vec<FnDef>, HashSet<String>, Has
     let mut types = HashSet::new();
     let mut modules = HashSet::new();
     for file in files_with_ext(crate_src, "rs")? {
-        let module = file.file_stem().and_then(|s| s.to_str()).unwrap_or_default().to_string();
+        // A module is named by its file, or by its folder for a `mod.rs`; the items of a file
+        // in a folder are also reachable through the folder's module (`learn::train` is
+        // defined in `training/learn/train.rs`).
+        let name_of = |p: Option<&Path>| {
+            p.and_then(|p| p.file_name()).and_then(|s| s.to_str()).unwrap_or_default().to_string()
+        };
+        let stem = file.file_stem().and_then(|s| s.to_str()).unwrap_or_default().to_string();
+        let folder = name_of(file.parent());
+        let module = if stem == "mod" { folder.clone() } else { stem };
+        let parent = if file.parent().is_some_and(|p| p != crate_src) { folder } else { String::new() };
         modules.insert(module.clone());
+        if !parent.is_empty() {
+            modules.insert(parent.clone());
+        }
         let text = read(&file)?;
         let lines: Vec<&str> = text.lines().collect();
         let mut owner = None;
@@ -630,6 +644,7 @@ fn crate_functions(crate_src: &Path) -> Result<(Vec<FnDef>, HashSet<String>, Has
                 file: normalize(&file),
                 line: i,
                 module: module.clone(),
+                parent: parent.clone(),
                 owner: owner.clone(),
                 name: name.to_string(),
                 method,
@@ -715,7 +730,7 @@ fn calls_in(line: &str, defs: &[FnDef], types: &HashSet<String>, modules: &HashS
                 .filter(|(_, d)| d.name == name)
                 .filter(|(_, d)| match &d.owner {
                     Some(owner) => qualifier == "Self" || (types.contains(qualifier) && owner == qualifier),
-                    None => modules.contains(qualifier) && d.module == qualifier,
+                    None => modules.contains(qualifier) && (d.module == qualifier || d.parent == qualifier),
                 })
                 .map(|(k, _)| k)
                 .collect()

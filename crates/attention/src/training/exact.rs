@@ -502,7 +502,7 @@ mod tests {
     /// before the versions change.
     #[test]
     fn the_lock_file_pins_the_versions_chapter_11_names() {
-        let lock = include_str!("../../../Cargo.lock");
+        let lock = include_str!("../../../../Cargo.lock");
         assert_eq!(pins_chapter_11s_versions(lock), Ok(()));
     }
 
@@ -510,7 +510,7 @@ mod tests {
     /// version stays in the lock for another crate.
     #[test]
     fn the_pin_check_sees_a_moved_version() {
-        let lock = include_str!("../../../Cargo.lock");
+        let lock = include_str!("../../../../Cargo.lock");
         let attention = |lock: &str| {
             let (_, rest) = lock.split_once("name = \"attention\"\n").unwrap();
             rest.split("[[package]]").next().unwrap().to_string()

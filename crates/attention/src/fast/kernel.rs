@@ -1022,7 +1022,7 @@ mod tests {
         for name in ["portable", "avx2", "neon"] {
             let child = std::process::Command::new(&exe)
                 .env(SIMD_VAR, name)
-                .args(["--exact", "kernel::tests::chosen_follows_the_variable"])
+                .args(["--exact", "fast::kernel::tests::chosen_follows_the_variable"])
                 .output()
                 .expect("the test binary runs");
             let out = String::from_utf8_lossy(&child.stdout);
