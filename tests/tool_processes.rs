@@ -83,6 +83,7 @@ fn main() {
         ("a_closed_stdout_ends_quietly", a_closed_stdout_ends_quietly),
         ("sizes_are_checked_from_the_headers", sizes_are_checked_from_the_headers),
         ("no_progress_line_off_a_terminal", no_progress_line_off_a_terminal),
+        ("a_gpu_run_prints_no_mesa_error", a_gpu_run_prints_no_mesa_error),
     ];
     let flag = |f: &str| args.iter().any(|a| a == f);
     if flag("--list") {
@@ -122,7 +123,7 @@ fn child(args: Vec<OsString>) -> ! {
     }
     let tool_args: Vec<OsString> =
         std::iter::once(OsString::from(&name)).chain(args[3..].iter().cloned()).collect();
-    std::process::exit(reader_tools::report(run(tool_args)));
+    std::process::exit(reader_tools::process(run, tool_args));
 }
 
 /// The hook `HOOK` describes (see there).
@@ -900,4 +901,27 @@ fn no_progress_line_off_a_terminal() {
         .unwrap();
     assert_eq!(done.status.code(), Some(0), "{}", text(&done.stderr));
     assert_eq!(text(&done.stderr), "", "no progress line when stderr is not a terminal");
+}
+
+/// `--impl gpu` with no XDG_RUNTIME_DIR: Mesa's "error: XDG_RUNTIME_DIR is invalid or not
+/// set" must not reach the reader; a successful run says nothing on stderr. Without a Vulkan
+/// adapter the run fails with the tool's own message, which is checked to name no XDG.
+fn a_gpu_run_prints_no_mesa_error() {
+    let dir = TempDir::new().unwrap();
+    let case = "f32_causal_L6_dk8";
+    let (q, k, v) = (
+        fixture("sdpa", case, "q.npy"),
+        fixture("sdpa", case, "k.npy"),
+        fixture("sdpa", case, "v.npy"),
+    );
+    let out = path_in(&dir, "out.npy");
+    let list = ["--q", &q, "--k", &k, "--v", &v, "--out", &out, "--impl", "gpu"];
+    let done = tool("attend", &list).env_remove("XDG_RUNTIME_DIR").output().unwrap();
+    let stderr = text(&done.stderr);
+    assert!(!stderr.contains("XDG_RUNTIME_DIR"), "{stderr}");
+    if done.status.success() {
+        assert_eq!(stderr, "", "a successful gpu run says nothing on stderr");
+    } else {
+        println!("  (no Vulkan adapter: {})", stderr.trim());
+    }
 }

@@ -85,8 +85,42 @@ pub type Run = fn(Vec<OsString>) -> Result<String, Failure>;
 /// Runs a tool on the process's arguments, prints what it has to say and returns its exit
 /// code (see the table in the module documentation).
 pub fn main_with(run: Run) -> ExitCode {
-    let code = report(run(std::env::args_os().collect()));
+    let code = process(run, std::env::args_os().collect());
     ExitCode::from(u8::try_from(code).unwrap_or(1))
+}
+
+/// What [`main_with`] does with the arguments, as a process's only thread: runs the tool,
+/// prints its report and returns the exit code (with `--impl gpu`, Mesa's runtime directory
+/// taken care of first: see [`runtime_dir`]).
+pub fn process(run: Run, args: Vec<OsString>) -> i32 {
+    // Still one thread here, so changing the environment is sound.
+    let runtime_dir = args.iter().any(|a| a == "gpu" || a == "--impl=gpu").then(runtime_dir);
+    let code = report(run(args));
+    if let Some(Some(dir)) = runtime_dir {
+        let _ = std::fs::remove_dir_all(dir);
+    }
+    code
+}
+
+/// Before `--impl gpu` opens the Vulkan driver: when `XDG_RUNTIME_DIR` is not set or not a
+/// directory, points it at a private empty directory (returned, to be removed at the end).
+/// Mesa's window-system code looks for it and otherwise prints `error: XDG_RUNTIME_DIR is
+/// invalid or not set in the environment.` on a run that succeeds; nothing here uses it.
+fn runtime_dir() -> Option<PathBuf> {
+    let set = std::env::var_os("XDG_RUNTIME_DIR").is_some_and(|d| Path::new(&d).is_dir());
+    if set {
+        return None;
+    }
+    let dir = std::env::temp_dir().join(format!(".attention-runtime-{}", std::process::id()));
+    std::fs::create_dir(&dir).ok()?;
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).ok()?;
+    }
+    // SAFETY: called from `process` before the tool starts any thread.
+    unsafe { std::env::set_var("XDG_RUNTIME_DIR", &dir) };
+    Some(dir)
 }
 
 /// Prints a run's summary or failure where it belongs and returns the exit code.
