@@ -2645,3 +2645,23 @@ fn the_progress_line_shows_what_runs() {
     progress.finish();
     assert!(quiet.0.lock().unwrap().is_empty());
 }
+
+/// The limits Appendix C quotes ("Limits, checked before any work", "Notes on standard error").
+#[test]
+fn the_limits_are_those_appendix_c_quotes() {
+    assert_eq!(reader_tools::MAX_WEIGHT_BYTES, 2 * 1024 * 1024 * 1024);
+    assert_eq!(reader_tools::MAX_WEIGHT_BYTES, 16384 * 16384 * 8, "one 16384² float64 matrix");
+    assert_eq!(reader_tools::weight_bytes(&[200_000, 200_000], 4), Some(160_000_000_000));
+    assert_eq!(figures::MAX_SIDE, 8000);
+    assert_eq!((reader_tools::PNG_MIN_CELL, reader_tools::PNG_MARGIN), (2, 400));
+    assert_eq!(reader_tools::MAX_VIEW_WEIGHTS, 1 << 22);
+    assert_eq!(reader_tools::progress::AFTER, std::time::Duration::from_secs(2));
+    assert_eq!(reader_tools::DEBUG_NOTE_FROM, 2e8);
+    let book = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("book/appendix-tools.md"),
+    )
+    .unwrap();
+    for quoted in ["2 GiB ($2^{31}$ bytes)", "within 7600 pixels", "$2 \\times 10^8$", "160000000000 bytes"] {
+        assert!(book.contains(quoted), "Appendix C should say {quoted:?}");
+    }
+}
