@@ -29,6 +29,7 @@ mod counting_alloc;
 use counting_alloc::peak_extra;
 #[path = "common/timing.rs"]
 mod timing;
+#[allow(dead_code)] // `print`: this example prints whole lines
 #[path = "common/stdout.rs"]
 mod stdout;
 
