@@ -24,6 +24,7 @@
 
 #[allow(dead_code)] // `run_chapter`: this example parses more options, with `common::parse`
 mod common;
+use common::stdout;
 #[path = "common/timing.rs"]
 mod timing;
 
@@ -328,10 +329,10 @@ fn peak(what: Peak, l: usize) -> Result<(), Box<dyn Error>> {
         .expect("no variant is skipped")
         .get_name()
         .to_string();
-    println!(
+    stdout::line(format_args!(
         "peak {name}: L = {l}, d = {D}, inputs {inputs_mib:.2} MiB, output sum {:.4}",
         output.sum()
-    );
+    ));
     Ok(())
 }
 
@@ -402,9 +403,9 @@ fn main() -> Result<(), Box<dyn Error>> {
         return peak(what, cli.len);
     }
     if cli.csv {
-        println!("L,causal,plain_ms,tiled_ms");
+        stdout::line(format_args!("L,causal,plain_ms,tiled_ms"));
         for r in sweep(&cli.lengths, runs, threads)? {
-            println!("{},{},{:.3},{:.3}", r.l, r.causal, r.plain_ms, r.tiled_ms);
+            stdout::line(format_args!("{},{},{:.3},{:.3}", r.l, r.causal, r.plain_ms, r.tiled_ms));
         }
         return Ok(());
     }
@@ -413,16 +414,16 @@ fn main() -> Result<(), Box<dyn Error>> {
     if cli.output.figures_only {
         return Ok(());
     }
-    println!("\nTiming on this machine ({runs} runs after one warm-up each; about half a minute on 2 cores):");
+    stdout::line(format_args!("\nTiming on this machine ({runs} runs after one warm-up each; about half a minute on 2 cores):"));
     let rows = sweep(&cli.lengths, runs, threads)?;
-    print!("{}", timing_table(&rows, threads, gemm_gflops()));
+    stdout::print(format_args!("{}", timing_table(&rows, threads, gemm_gflops())));
     if cli.timings {
         let path = dir.join("ch08_time_vs_l.png");
         draw_timings(&rows, &path)?;
-        println!(
+        stdout::line(format_args!(
             "wrote {} (this machine's timings; not part of the book)",
             path.display()
-        );
+        ));
     }
     Ok(())
 }

@@ -20,6 +20,7 @@
 
 #[allow(dead_code)] // `run_chapter`: this example parses more options, with `common::parse`
 mod common;
+use common::stdout;
 #[path = "common/timing.rs"]
 mod timing;
 
@@ -801,17 +802,17 @@ fn main() -> Result<(), Box<dyn Error>> {
     if !cli.timings {
         return Ok(());
     }
-    println!(
+    stdout::line(format_args!(
         "\nTime per generated token on this machine ({} tokens per position after one warm-up):",
         cli.runs
-    );
+    ));
     let rows = sweep(&cli.positions, cli.runs)?;
     let text = csv(&rows, cli.runs);
-    print!("{text}");
+    stdout::print(format_args!("{text}"));
     if let Some(path) = cli.csv {
         std::fs::write(&path, &text)
             .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
-        println!("wrote {}", path.display());
+        stdout::line(format_args!("wrote {}", path.display()));
     }
     Ok(())
 }

@@ -19,6 +19,7 @@
 //! computes itself is counting, division and comparison (no `exp`, `ln`, `powf`, no `dot`).
 
 mod common;
+use common::stdout;
 
 use std::error::Error;
 use std::fmt::Write;
@@ -1103,13 +1104,13 @@ const ABOUT: &str = "\
 fn main() -> Result<(), Box<dyn Error>> {
     let start = Instant::now();
     common::run_chapter(env!("CARGO_CRATE_NAME"), ABOUT, render_figures)?;
-    println!("\ntraining time per run on this machine (not in the report):");
+    stdout::line(format_args!("\ntraining time per run on this machine (not in the report):"));
     let times = TIMES.lock().map_err(|_| "the timing list is poisoned")?;
     for (name, seconds) in times.iter() {
-        println!("  {name:<34} {seconds:>6.2} s");
+        stdout::line(format_args!("  {name:<34} {seconds:>6.2} s"));
     }
     let training: f64 = times.iter().map(|t| t.1).sum();
-    println!("  {:<34} {training:>6.2} s", "all training");
-    println!("  {:<34} {:>6.2} s", "the whole example", start.elapsed().as_secs_f64());
+    stdout::line(format_args!("  {:<34} {training:>6.2} s", "all training"));
+    stdout::line(format_args!("  {:<34} {:>6.2} s", "the whole example", start.elapsed().as_secs_f64()));
     Ok(())
 }

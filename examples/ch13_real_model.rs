@@ -19,6 +19,7 @@
 
 #[allow(dead_code)] // `run_chapter`: this example parses more options, with `common::parse`
 mod common;
+use common::stdout;
 
 use std::error::Error;
 use std::fmt::Write;
@@ -478,15 +479,15 @@ fn tokens_of(encoder: &SentenceEncoder, text: &str) -> Result<Tokens, Box<dyn Er
 fn yours(encoder: &SentenceEncoder, cli: &Cli, text: &str) -> Result<(), Box<dyn Error>> {
     tokens_of(encoder, text)?; // says so when the text is cut
     let r = study::run(encoder, text)?;
-    println!("{} tokens: {}", r.tokens.ids.len(), r.tokens.tokens.join(" "));
-    println!("ids: {:?}", r.tokens.ids);
+    stdout::line(format_args!("{} tokens: {}", r.tokens.ids.len(), r.tokens.tokens.join(" ")));
+    stdout::line(format_args!("ids: {:?}", r.tokens.ids));
     let grid = head_grid(&r, &format!("\"{}\": every head (layer.head)", shorten(text, 60))).save(&cli.out)?;
-    println!("wrote {}", grid.display());
+    stdout::line(format_args!("wrote {}", grid.display()));
     if let Some(path) = &cli.view {
         // Head 0.2 is the committed model's previous-token head; another model opens on all heads.
         let start = if cli.model.is_none() { Some(OPENING) } else { None };
         head_view("yours", &r, text, start)?.write_html(path)?;
-        println!("wrote {}", path.display());
+        stdout::line(format_args!("wrote {}", path.display()));
     }
     Ok(())
 }
@@ -511,7 +512,7 @@ fn time(encoder: &SentenceEncoder, text: &str) -> Result<(), Box<dyn Error>> {
         })
         .collect::<Result<_, _>>()?;
     times.sort_by(f64::total_cmp);
-    println!(
+    stdout::line(format_args!(
         "forward pass of {} tokens: median {:.3} ms over 50 runs (5 warm-up), min {:.3} ms, {}",
         tokens.ids.len(),
         times[25],
@@ -520,7 +521,7 @@ fn time(encoder: &SentenceEncoder, text: &str) -> Result<(), Box<dyn Error>> {
             1 => "1 thread".to_string(),
             n => format!("{n} threads"),
         }
-    );
+    ));
     Ok(())
 }
 
@@ -537,7 +538,7 @@ pub fn main_with(cli: Cli) -> Result<(), Box<dyn Error>> {
             tokens_of(&encoder, text)?;
         }
         let e = encoder.embed(&[&pair[0], &pair[1]])?;
-        println!("cosine similarity: {:.4}", cosine_similarity(&e.row(0), &e.row(1))?);
+        stdout::line(format_args!("cosine similarity: {:.4}", cosine_similarity(&e.row(0), &e.row(1))?));
         return Ok(());
     }
     if cli.time {
@@ -547,7 +548,7 @@ pub fn main_with(cli: Cli) -> Result<(), Box<dyn Error>> {
         Some(text) => yours(&encoder, &cli, text),
         None => {
             let r = study::run(&encoder, SENTENCE)?;
-            println!("{}: {} tokens: {}", dir.display(), r.tokens.ids.len(), r.tokens.tokens.join(" "));
+            stdout::line(format_args!("{}: {} tokens: {}", dir.display(), r.tokens.ids.len(), r.tokens.tokens.join(" ")));
             Ok(())
         }
     }

@@ -21,6 +21,7 @@
 
 #[allow(dead_code)] // `run_chapter`: this example parses more options, with `common::parse`
 mod common;
+use common::stdout;
 #[path = "common/timing.rs"]
 mod timing;
 
@@ -420,18 +421,18 @@ fn main() -> Result<(), Box<dyn Error>> {
         return common::render_into(&dir, render_figures);
     }
     let gpu = Gpu::new()?;
-    println!("GPU: {}", gpu.adapter_name());
+    stdout::line(format_args!("GPU: {}", gpu.adapter_name()));
     let (cpu, features) = timing::machine();
-    println!("CPU: {cpu}; {features}");
-    println!(
+    stdout::line(format_args!("CPU: {cpu}; {features}"));
+    stdout::line(format_args!(
         "f32, 1 × {HEADS} heads × L × {D}, median ms of {} runs; CPU tiled on {} threads",
         cli.runs, cli.threads
-    );
+    ));
     let rows = sweep(&gpu, &cli)?;
-    print!("{}", timing_table(&rows));
+    stdout::print(format_args!("{}", timing_table(&rows)));
     if let Some(path) = &cli.save {
         std::fs::write(path, csv(&gpu, &cli, &rows))?;
-        println!("wrote {}", path.display());
+        stdout::line(format_args!("wrote {}", path.display()));
     }
     Ok(())
 }

@@ -29,6 +29,9 @@ mod counting_alloc;
 use counting_alloc::peak_extra;
 #[path = "common/timing.rs"]
 mod timing;
+#[allow(dead_code)] // `print`: this example prints whole lines
+#[path = "common/stdout.rs"]
+mod stdout;
 
 use std::error::Error;
 
@@ -109,12 +112,12 @@ fn main() -> Result<(), Box<dyn Error>> {
     let tiles = cli.tiles.unwrap_or_default();
     let pool = rayon::ThreadPoolBuilder::new().num_threads(cli.threads).build()?;
     let mut rng = StdRng::seed_from_u64(SEED);
-    println!(
+    stdout::line(format_args!(
         "f32, {HEADS} heads of d = {D}, no mask; tiles {}×{}, {} thread(s)",
         tiles.block_q, tiles.tile_k, cli.threads
-    );
-    println!("MiB held beyond the inputs and the gradients (model; measured peak):");
-    println!("     L  gradients     plain: model  measured     tiled: model  measured");
+    ));
+    stdout::line(format_args!("MiB held beyond the inputs and the gradients (model; measured peak):"));
+    stdout::line(format_args!("     L  gradients     plain: model  measured     tiled: model  measured"));
     let mut times = Vec::new();
     for &l in &cli.lengths {
         let (q, k, v, d_o) =
@@ -138,14 +141,14 @@ fn main() -> Result<(), Box<dyn Error>> {
         let (_, tiled_peak) = pool.install(|| peak_extra(run_tiled));
         let tiled_measured = tiled_peak - grads_bytes + lse.len() * F32;
         let mib = |bytes: usize| bytes as f64 / MIB;
-        println!(
+        stdout::line(format_args!(
             "{l:>6} {:>10.2}     {:>12.2} {:>9.2}     {:>12.2} {:>9.2}",
             mib(grads_bytes),
             mib(plain_model),
             mib(plain_measured),
             mib(tiled_model),
             mib(tiled_measured),
-        );
+        ));
         if cli.timings {
             let plain = pool.install(|| timing::median_ms(cli.runs, run_plain));
             let tiled = pool.install(|| timing::median_ms(cli.runs, run_tiled));
@@ -156,13 +159,13 @@ fn main() -> Result<(), Box<dyn Error>> {
         }
     }
     if cli.timings {
-        println!(
+        stdout::line(format_args!(
             "\nMedian ms of {} runs after a warm-up, {} thread(s) (the plain backward uses one):",
             cli.runs, cli.threads
-        );
-        println!("     L  plain backward  tiled backward  plain/tiled  tiled forward");
+        ));
+        stdout::line(format_args!("     L  plain backward  tiled backward  plain/tiled  tiled forward"));
         for (l, plain, tiled, forward) in times {
-            println!("{l:>6} {plain:>15.1} {tiled:>15.1} {:>12.1} {forward:>14.1}", plain / tiled);
+            stdout::line(format_args!("{l:>6} {plain:>15.1} {tiled:>15.1} {:>12.1} {forward:>14.1}", plain / tiled));
         }
     }
     Ok(())

@@ -22,6 +22,9 @@
 #[path = "../examples/reader_tools/mod.rs"]
 mod reader_tools;
 mod support;
+#[allow(dead_code)]
+#[path = "../examples/common/mod.rs"]
+mod common;
 
 use std::ffi::OsString;
 use std::path::Path;
@@ -48,6 +51,18 @@ fn main() {
     if args.get(1).is_some_and(|a| a == "--as-tool") {
         child(args);
     }
+    if args.get(1).is_some_and(|a| a == "--as-chapter") {
+        // What every chapter example's main does after drawing: print its report through
+        // common::render_into (a report longer than a pipe's buffer).
+        let dir = std::path::PathBuf::from(&args[2]);
+        common::render_into(&dir, |dir| {
+            let report = dir.join("chXX_output.txt");
+            std::fs::write(&report, "a line of the report\n".repeat(20_000))?;
+            Ok(vec![report])
+        })
+        .unwrap();
+        std::process::exit(0);
+    }
     let filters: Vec<String> = args
         .iter()
         .skip(1)
@@ -65,6 +80,10 @@ fn main() {
         ),
         ("gradients_exit_codes_and_rollback", gradients_exit_codes_and_rollback),
         ("an_interrupted_head_view_leaves_no_page", an_interrupted_head_view_leaves_no_page),
+        ("a_closed_stdout_ends_quietly", a_closed_stdout_ends_quietly),
+        ("sizes_are_checked_from_the_headers", sizes_are_checked_from_the_headers),
+        ("no_progress_line_off_a_terminal", no_progress_line_off_a_terminal),
+        ("a_gpu_run_prints_no_mesa_error", a_gpu_run_prints_no_mesa_error),
     ];
     let flag = |f: &str| args.iter().any(|a| a == f);
     if flag("--list") {
@@ -104,7 +123,7 @@ fn child(args: Vec<OsString>) -> ! {
     }
     let tool_args: Vec<OsString> =
         std::iter::once(OsString::from(&name)).chain(args[3..].iter().cloned()).collect();
-    std::process::exit(reader_tools::report(run(tool_args)));
+    std::process::exit(reader_tools::process(run, tool_args));
 }
 
 /// The hook `HOOK` describes (see there).
@@ -799,3 +818,110 @@ fn an_interrupted_head_view_leaves_no_page() {
 
 #[cfg(not(unix))]
 fn an_interrupted_head_view_leaves_no_page() {}
+
+/// A reader that stops reading (`| head -1`, `| true`) ends a tool or a chapter example
+/// quietly: exit code 0 and nothing on stderr, not the panic "failed printing to stdout:
+/// Broken pipe" and exit code 101.
+fn a_closed_stdout_ends_quietly() {
+    let dir = TempDir::new().unwrap();
+    let case = "f64_causal_L6_dk8";
+    let (q, k, v) = (
+        fixture("sdpa", case, "q.npy"),
+        fixture("sdpa", case, "k.npy"),
+        fixture("sdpa", case, "v.npy"),
+    );
+    let out = path_in(&dir, "out.npy");
+    let mut tool_run = tool("attend", &["--q", &q, "--k", &k, "--v", &v, "--out", &out]);
+    let mut chapter = Command::new(std::env::current_exe().unwrap());
+    chapter.arg("--as-chapter").arg(dir.path()).stdin(Stdio::null());
+    for (what, cmd) in [("attend", &mut tool_run), ("a chapter example", &mut chapter)] {
+        let mut child = cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+        drop(child.stdout.take()); // the reader is gone before the child prints anything
+        let done = child.wait_with_output().unwrap();
+        let stderr = text(&done.stderr);
+        assert_eq!(done.status.code(), Some(0), "{what}: {:?}, stderr:\n{stderr}", done.status);
+        assert!(stderr.is_empty(), "{what}: nothing on stderr, got:\n{stderr}");
+    }
+    assert!(Path::new(&out).exists(), "the output was written before the summary");
+}
+
+/// Sizes that follow from the headers are refused before the data is read, so before any
+/// work: a (200000, 8) query whose weights would take 160000000000 bytes, and a PNG of 4
+/// heads of 5000 tokens. The values file holds a NaN, which loading the data would report:
+/// the size error comes first, from the headers.
+fn sizes_are_checked_from_the_headers() {
+    let dir = TempDir::new().unwrap();
+    let nan_v = |shape: &[usize]| {
+        let mut v = ndarray::ArrayD::<f32>::zeros(ndarray::IxDyn(shape));
+        v.as_slice_mut().unwrap()[0] = f32::NAN;
+        v
+    };
+    let q = path_in(&dir, "q.npy");
+    write_npy(&q, &Array2::<f32>::zeros((200_000, 8))).unwrap();
+    let v = path_in(&dir, "v.npy");
+    write_npy(&v, &nan_v(&[200_000, 8])).unwrap();
+    let out = path_in(&dir, "out.npy");
+    for extra in [&["--weights", &path_in(&dir, "w.npy")][..], &["--impl", "plain"]] {
+        let mut list = vec!["--q", &q, "--k", &q, "--v", &v, "--out", &out];
+        list.extend(extra);
+        let done = tool("attend", &list).output().unwrap();
+        let line = assert_one_error_line(&done, "weights too large");
+        assert!(
+            line.contains("the weights (200000, 200000) would take 160000000000 bytes")
+                && line.contains("limit of 2147483648 bytes (2 GiB)")
+                && line.contains("--impl tiled"),
+            "{line}"
+        );
+    }
+    let q4 = path_in(&dir, "q4.npy");
+    write_npy(&q4, &ndarray::Array4::<f32>::zeros((1, 4, 5000, 16))).unwrap();
+    let v4 = path_in(&dir, "v4.npy");
+    write_npy(&v4, &nan_v(&[1, 4, 5000, 16])).unwrap();
+    let png = path_in(&dir, "w.png");
+    let list = ["--q", &q4, "--k", &q4, "--v", &v4, "--out", &out, "--png", &png];
+    let line = assert_one_error_line(&tool("attend", &list).output().unwrap(), "a huge PNG");
+    assert!(line.contains("need cells of at least 20000 × 10000 pixels"), "{line}");
+    assert!(line.contains("more than the 7600 a PNG has room for"), "{line}");
+    assert!(!Path::new(&out).exists() && !Path::new(&png).exists());
+}
+
+/// The progress line is for a terminal: with stderr a pipe, a run says nothing there, even
+/// told to show the line at once.
+fn no_progress_line_off_a_terminal() {
+    let dir = TempDir::new().unwrap();
+    let x = path_in(&dir, "x.npy");
+    write_npy(&x, &Array2::<f64>::from_shape_fn((300, 4), |(i, j)| (i * j) as f64 * 1e-3))
+        .unwrap();
+    let out = path_in(&dir, "out.npy");
+    let list = ["--q", &x, "--k", &x, "--v", &x, "--out", &out, "--impl", "tiled"];
+    let done = tool("attend", &list)
+        .env(reader_tools::progress::AFTER_VAR, "0")
+        .stderr(Stdio::piped())
+        .output()
+        .unwrap();
+    assert_eq!(done.status.code(), Some(0), "{}", text(&done.stderr));
+    assert_eq!(text(&done.stderr), "", "no progress line when stderr is not a terminal");
+}
+
+/// `--impl gpu` with no XDG_RUNTIME_DIR: Mesa's "error: XDG_RUNTIME_DIR is invalid or not
+/// set" must not reach the reader; a successful run says nothing on stderr. Without a Vulkan
+/// adapter the run fails with the tool's own message, which is checked to name no XDG.
+fn a_gpu_run_prints_no_mesa_error() {
+    let dir = TempDir::new().unwrap();
+    let case = "f32_causal_L6_dk8";
+    let (q, k, v) = (
+        fixture("sdpa", case, "q.npy"),
+        fixture("sdpa", case, "k.npy"),
+        fixture("sdpa", case, "v.npy"),
+    );
+    let out = path_in(&dir, "out.npy");
+    let list = ["--q", &q, "--k", &k, "--v", &v, "--out", &out, "--impl", "gpu"];
+    let done = tool("attend", &list).env_remove("XDG_RUNTIME_DIR").output().unwrap();
+    let stderr = text(&done.stderr);
+    assert!(!stderr.contains("XDG_RUNTIME_DIR"), "{stderr}");
+    if done.status.success() {
+        assert_eq!(stderr, "", "a successful gpu run says nothing on stderr");
+    } else {
+        println!("  (no Vulkan adapter: {})", stderr.trim());
+    }
+}

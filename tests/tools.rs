@@ -823,16 +823,19 @@ fn multihead_refuses_bad_input() {
     list[i + 1] = f32_wq.clone();
     assert_fails(multihead_run, &list, &dir, &f32_wq, "dtype float32 differs");
 
+    // The rule attend follows: a mask must broadcast to the weights (3 heads, 6, 6).
     let mut list = with_heads("3");
-    let batch_mask = fixture("mha", "f64_d8_h2_batch3_L6_padding", "mask.npy");
-    list.extend(["--mask".to_string(), batch_mask.clone()]);
+    let two = out_path(&dir, "two.npy");
+    write_npy(&two, &Array::from_elem((2, 6, 6), true)).unwrap();
+    list.extend(["--mask".to_string(), two.clone()]);
     assert_fails(
         multihead_run,
         &list,
         &dir,
-        &batch_mask,
-        "mask has shape (3, 6, 6) but (6, 6) was expected",
+        &two,
+        "the mask's shape (2, 6, 6) does not broadcast to the weights' shape (3, 6, 6)",
     );
+    std::fs::remove_file(&two).unwrap();
 
     let mut list = with_heads("3");
     let vector = out_path(&dir, "vector.npy");
@@ -2499,5 +2502,166 @@ fn attend_gpu_reproduces_pytorch_and_refuses_what_it_cannot_do() {
         assert_eq!(got.shape(), expected.shape(), "{case}");
         let worst = (&got - &expected).iter().fold(0f32, |m, d| m.max(d.abs()));
         assert!(worst < 1e-5, "{case}: |gpu − PyTorch| = {worst:e}");
+    }
+}
+
+/// One mask rule for both tools: multihead takes the key-padding and broadcast masks that
+/// attend takes, and they give the numbers of the full mask they stand for.
+#[test]
+fn multihead_takes_the_masks_attend_takes() {
+    let dir = TempDir::new().unwrap();
+    let case = "f64_d8_h2_batch3_L6_padding";
+    let full = fixture("mha", case, "mask.npy");
+    let run_with = |mask: &str, name: &str| -> ArrayD<f64> {
+        let out = out_path(&dir, name);
+        let mut list = x_and_weights(case);
+        list.extend(args(&["--heads", "2", "--mask", mask, "--out", &out]));
+        ok(multihead_run(&list));
+        read_npy(&out).unwrap()
+    };
+    let reference = run_with(&full, "full.npy");
+    // (batch, 1, 1, L): one flag per key and item, PyTorch's key-padding mask as attn_mask.
+    let m: ArrayD<bool> = read_npy(&full).unwrap();
+    let padding = m.slice(ndarray::s![.., 0..1, ..]).insert_axis(ndarray::Axis(1)).to_owned();
+    assert_eq!(padding.shape(), [3, 1, 1, 6]);
+    let padding_path = out_path(&dir, "padding.npy");
+    write_npy(&padding_path, &padding).unwrap();
+    assert_eq!(run_with(&padding_path, "padding_out.npy"), reference);
+    // (L,): one flag per key for every item and head, as attend takes it.
+    let keys = out_path(&dir, "keys.npy");
+    write_npy(&keys, &ndarray::arr1(&[true, true, true, true, false, false])).unwrap();
+    let some = out_path(&dir, "some.npy");
+    write_npy(&some, &Array::from_shape_fn((3, 6, 6), |(_, _, j)| j < 4)).unwrap();
+    assert_eq!(run_with(&keys, "keys_out.npy"), run_with(&some, "some_out.npy"));
+}
+
+/// Results that may not be what was meant get a note on stderr (the run still succeeds); a
+/// slip of causal, a float mask and an object array get one clear error.
+#[test]
+fn the_tools_say_when_a_result_may_not_be_what_was_meant() {
+    let dir = TempDir::new().unwrap();
+    let out = out_path(&dir, "out.npy");
+    // A mask of PyTorch's other polarity (True = blocked): the last query sees no key.
+    let inverted = out_path(&dir, "inverted.npy");
+    write_npy(&inverted, &Array::from_shape_fn((6, 6), |(i, j)| j > i)).unwrap();
+    reader_tools::take_notes();
+    let mut list = qkv("f64_causal_L6_dk8");
+    list.extend(args(&["--mask", &inverted, "--out", &out]));
+    ok(attend_run(&list));
+    let notes = reader_tools::take_notes();
+    assert!(
+        notes.iter().any(|n| n.contains("1 of the 6 query rows see no key") && n.contains("~mask")),
+        "{notes:?}"
+    );
+    let mut list = x_and_weights("f64_d12_h3_L6_causal");
+    list.extend(args(&["--heads", "3", "--mask", &inverted, "--out", &out]));
+    ok(multihead_run(&list));
+    let notes = reader_tools::take_notes();
+    assert!(notes.iter().any(|n| n.contains("3 of the 18 query rows see no key")), "{notes:?}");
+    // A causal mask leaves no query blind: no note.
+    let mut list = qkv("f64_causal_L6_dk8");
+    list.extend(args(&["--mask", "causal", "--out", &out]));
+    ok(attend_run(&list));
+    assert!(reader_tools::take_notes().is_empty());
+
+    // A debug build says once that it is slow, for a run of more than DEBUG_NOTE_FROM.
+    reader_tools::note_if_debug("attend", reader_tools::DEBUG_NOTE_FROM * 2.0);
+    reader_tools::note_if_debug("attend", reader_tools::DEBUG_NOTE_FROM / 2.0);
+    let notes = reader_tools::take_notes();
+    if cfg!(debug_assertions) {
+        assert_eq!(notes.len(), 1, "{notes:?}");
+        assert!(notes[0].contains("unoptimised (debug) build") && notes[0].contains("--release"));
+    } else {
+        assert!(notes.is_empty());
+    }
+
+    for slip in ["casual", "casaul", "Causal"] {
+        let mut list = qkv("f64_causal_L6_dk8");
+        list.extend(args(&["--mask", slip, "--out", &out]));
+        let failure = attend_run(&list).unwrap_err();
+        assert_eq!(failure.exit_code(), 2);
+        assert!(failure.message().contains("did you mean causal?"), "{}", failure.message());
+    }
+
+    let float_mask = out_path(&dir, "float_mask.npy");
+    write_npy(&float_mask, &Array::from_elem((6, 6), 0.0f64)).unwrap();
+    let mut list = qkv("f64_causal_L6_dk8");
+    list.extend(args(&["--mask", &float_mask, "--out", &out]));
+    assert_fails(attend_run, &list, &dir, &float_mask, "additive form (0 = attend, -inf = blocked)");
+
+    // np.save(path, np.array([{'a': 1}], dtype=object), allow_pickle=True), as NumPy writes it.
+    let object = out_path(&dir, "object.npy");
+    let header = "{'descr': '|O', 'fortran_order': False, 'shape': (1,), }";
+    let mut bytes = b"\x93NUMPY\x01\x00".to_vec();
+    let padded = format!("{header:<117}\n");
+    bytes.extend((padded.len() as u16).to_le_bytes());
+    bytes.extend(padded.as_bytes());
+    bytes.extend(b"\x80\x04\x95\x1f\x00\x00\x00\x00\x00\x00\x00pickled-object-array.");
+    std::fs::write(&object, bytes).unwrap();
+    let mut list = qkv("f64_causal_L6_dk8");
+    let i = list.iter().position(|a| a == "--q").unwrap();
+    list[i + 1] = object.clone();
+    list.extend(args(&["--out", &out]));
+    assert_fails(attend_run, &list, &dir, &object, "object arrays are not supported");
+}
+
+/// The progress line: shown on a terminal (here a buffer standing for one) once the run has
+/// taken longer than the delay, with the time it took when it ends; nothing without one.
+#[test]
+fn the_progress_line_shows_what_runs() {
+    use reader_tools::progress::Progress;
+    use std::sync::{Arc, Mutex};
+    #[derive(Clone, Default)]
+    struct Shared(Arc<Mutex<Vec<u8>>>);
+    impl std::io::Write for Shared {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(b);
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let sink = Shared::default();
+    let progress = Progress::start_to(
+        "attend: attention (tiled) over (200000, 8)".into(),
+        Some(Box::new(sink.clone())),
+        std::time::Duration::ZERO,
+    );
+    while sink.0.lock().unwrap().is_empty() {
+        std::thread::yield_now();
+    }
+    progress.finish();
+    let shown = String::from_utf8(sink.0.lock().unwrap().clone()).unwrap();
+    assert!(shown.starts_with("\rattend: attention (tiled) over (200000, 8): 0 s so far"), "{shown}");
+    assert!(shown.contains(": done after 0 s") && shown.ends_with('\n'), "{shown:?}");
+    // Shown only after the delay: a run that ends first leaves no line.
+    let quiet = Shared::default();
+    let progress = Progress::start_to(
+        "quick".into(),
+        Some(Box::new(quiet.clone())),
+        std::time::Duration::from_secs(3600),
+    );
+    progress.finish();
+    assert!(quiet.0.lock().unwrap().is_empty());
+}
+
+/// The limits Appendix C quotes ("Limits, checked before any work", "Notes on standard error").
+#[test]
+fn the_limits_are_those_appendix_c_quotes() {
+    assert_eq!(reader_tools::MAX_WEIGHT_BYTES, 2 * 1024 * 1024 * 1024);
+    assert_eq!(reader_tools::MAX_WEIGHT_BYTES, 16384 * 16384 * 8, "one 16384² float64 matrix");
+    assert_eq!(reader_tools::weight_bytes(&[200_000, 200_000], 4), Some(160_000_000_000));
+    assert_eq!(figures::MAX_SIDE, 8000);
+    assert_eq!((reader_tools::PNG_MIN_CELL, reader_tools::PNG_MARGIN), (2, 400));
+    assert_eq!(reader_tools::MAX_VIEW_WEIGHTS, 1 << 22);
+    assert_eq!(reader_tools::progress::AFTER, std::time::Duration::from_secs(2));
+    assert_eq!(reader_tools::DEBUG_NOTE_FROM, 2e8);
+    let book = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("book/appendix-tools.md"),
+    )
+    .unwrap();
+    for quoted in ["2 GiB ($2^{31}$ bytes)", "within 7600 pixels", "$2 \\times 10^8$", "160000000000 bytes"] {
+        assert!(book.contains(quoted), "Appendix C should say {quoted:?}");
     }
 }

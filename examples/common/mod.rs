@@ -15,6 +15,8 @@
 //! them): only chapter 8 does more than draw its figures and write its report (a timing
 //! sweep), which the flag skips. An unknown option is an error (exit code 2), never ignored.
 
+pub mod stdout;
+
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
@@ -104,10 +106,10 @@ pub fn run_chapter(
 pub fn render_into(dir: &Path, render: Render) -> Result<(), Box<dyn std::error::Error>> {
     let written = render(dir)?;
     for path in written.iter().filter(|p| p.extension().is_some_and(|e| e == "txt")) {
-        print!("{}", std::fs::read_to_string(path)?);
+        stdout::print(format_args!("{}", std::fs::read_to_string(path)?));
     }
     for path in &written {
-        println!("wrote {}", path.display());
+        stdout::line(format_args!("wrote {}", path.display()));
     }
     Ok(())
 }

@@ -12,13 +12,16 @@ use attention::tiled_grad::{tiled_sdpa_backward, tiled_sdpa_with_lse};
 use clap::error::ErrorKind;
 use clap::{Parser, ValueEnum};
 use gpu::{Gpu, GpuError, Kernel};
-use ndarray::{ArrayD, Axis, IxDyn};
+use ndarray::{ArrayD, IxDyn};
 use ndarray_npy::WritableElement;
 
 use super::outputs::{Named, Outputs, check_distinct};
+use super::npy;
+use super::progress::Progress;
 use super::{
-    Failure, MaskArg, Picture, Tensor, View, Written, after_help, at_least_one, drawing, explain,
-    load_bool, same_dtype, shape_text, usage, wrote,
+    Failure, MaskArg, Picture, Tensor, View, Written, after_help, at_least_one,
+    check_weight_bytes, drawing, explain, load_mask, note_if_debug, same_dtype, shape_text, usage,
+    wrote,
 };
 
 #[path = "../common/timing.rs"]
@@ -182,6 +185,13 @@ pub fn run(args: Vec<OsString>) -> Result<String, Failure> {
     check_distinct(&inputs, &cli.outputs())
         .map_err(|message| usage::<Cli>(ErrorKind::ArgumentConflict, message))?;
 
+    if let Some((weights_shape, element)) = weights_from_headers(&cli) {
+        let n = weights_shape.len();
+        let scores = weights_shape[n - 2].saturating_mul(weights_shape[n - 1]);
+        let implementation =
+            Impl::choose(cli.implementation, cli.written.wants_weights(), scores);
+        check_sizes(&cli, implementation, &weights_shape, element)?;
+    }
     let (q, k, v) = (Tensor::load(&cli.q)?, Tensor::load(&cli.k)?, Tensor::load(&cli.v)?);
     let d_o = cli.grad_out.as_deref().map(Tensor::load).transpose()?;
     let mut loaded = vec![(cli.q.as_path(), &q), (&cli.k, &k), (&cli.v, &v)];
@@ -226,33 +236,6 @@ impl Cli {
     }
 }
 
-/// Loads a bool mask and checks that it broadcasts to the weights' shape `(…, L_q, L_k)`
-/// (right-aligned: each of the mask's axes is 1 or the weights' size; it may have fewer).
-fn load_mask(path: &Path, weights_shape: &[usize]) -> Result<Mask, Failure> {
-    let mut allowed = load_bool(path)?;
-    if allowed.ndim() > weights_shape.len()
-        || allowed
-            .shape()
-            .iter()
-            .rev()
-            .zip(weights_shape.iter().rev())
-            .any(|(&m, &w)| m != 1 && m != w)
-    {
-        return Err(Failure::Data(format!(
-            "{}: the mask's shape {} does not broadcast to the weights' shape {}: aligned from \
-             the right, each axis of the mask must be 1 or equal to the weights' axis (PyTorch's \
-             rule for attn_mask), and it may not have more axes",
-            path.display(),
-            shape_text(allowed.shape()),
-            shape_text(weights_shape)
-        )));
-    }
-    while allowed.ndim() < 2 {
-        allowed.insert_axis_inplace(Axis(0)); // (L_k,) is (1, L_k); () is (1, 1)
-    }
-    Mask::from_array(allowed).map_err(|e| Failure::Data(format!("{}: {e}", path.display())))
-}
-
 /// What the forward pass leaves for the files and for the backward pass: the output, the
 /// weights (the plain path) or each query's log-sum-exp (the tiled path, given dO).
 struct Forward<A> {
@@ -295,6 +278,51 @@ fn gpu_failure(error: GpuError, files: &[(&str, &Path)]) -> Failure {
     }
 }
 
+/// Checks every size that follows from the headers of Q and K, before any work: the weights
+/// the plain path would form ([`check_weight_bytes`]), the PNG's pixels and the page's
+/// weights. `run` calls it on the headers alone, before reading the data.
+fn check_sizes(
+    cli: &Cli,
+    implementation: Impl,
+    weights_shape: &[usize],
+    element: usize,
+) -> Result<(), Failure> {
+    if implementation == Impl::Plain {
+        let way_out = if cli.written.wants_weights() {
+            "leave out --weights, --png and --view and use --impl tiled, which computes the \
+             output without forming them"
+        } else {
+            "use --impl tiled, which computes the output without forming them"
+        };
+        let files = format!("{}, {}", cli.q.display(), cli.k.display());
+        let dtype = if element == 4 { "float32" } else { "float64" };
+        check_weight_bytes(&files, weights_shape, dtype, element, way_out)?;
+    }
+    let (labels, title, axes) = (cli.written.labels.as_deref(), String::new(), &[][..]);
+    if let Some(path) = cli.written.png.as_deref() {
+        Picture { path, labels, title: title.clone(), axes }.check(weights_shape)?;
+    }
+    if let Some(path) = cli.written.view.as_deref() {
+        View { path, labels, title, axes }.check(weights_shape)?;
+    }
+    Ok(())
+}
+
+/// The shape of the weights, `(…, L_q, L_k)`, and the bytes of an element, from the headers
+/// of Q and K alone, when both are readable float arrays of 2 to 4 axes (otherwise loading
+/// them reports the problem).
+fn weights_from_headers(cli: &Cli) -> Option<(Vec<usize>, usize)> {
+    let (q, k) = (npy::read_header(&cli.q).ok()?, npy::read_header(&cli.k).ok()?);
+    let element = q.dtype.filter(|d| d.kind == 'f' && matches!(d.size, 4 | 8))?.size;
+    let (nq, nk) = (q.shape.len(), k.shape.len());
+    if !(2..=4).contains(&nq) || nk != nq {
+        return None;
+    }
+    let mut shape = q.shape[..nq - 2].to_vec();
+    shape.extend([q.shape[nq - 2], k.shape[nk - 2]]);
+    Some((shape, element))
+}
+
 fn attend<A: Float + WritableElement + OnGpu>(
     cli: &Cli,
     q: ArrayD<A>,
@@ -324,13 +352,32 @@ fn attend<A: Float + WritableElement + OnGpu>(
     let (l_q, l_k) = (q.shape()[n - 2], k.shape()[n - 2]);
     let mut weights_shape = q.shape()[..n - 2].to_vec();
     weights_shape.extend([l_q, l_k]);
+    let implementation = Impl::choose(cli.implementation, cli.written.wants_weights(), l_q * l_k);
+    let title = format!(
+        "Attention weights ({})",
+        cli.mask.as_ref().map_or("no mask".to_string(), |m| format!("mask: {}", m.describe()))
+    );
+    let axes = &["batch", "head"][..n - 2];
+    let labels = cli.written.labels.as_deref();
+    let picture = cli.written.png.as_deref().map(|path| Picture {
+        path,
+        labels,
+        title: title.clone(),
+        axes,
+    });
+    let view =
+        cli.written.view.as_deref().map(|path| View { path, labels, title: title.clone(), axes });
+    check_sizes(cli, implementation, &weights_shape, size_of::<A>())?;
+    let d_v = v.shape()[n - 1];
+    let pairs = weights_shape.iter().map(|&s| s as f64).product::<f64>();
+    let passes = if d_o.is_some() { 3.0 } else { 1.0 };
+    note_if_debug("attend", pairs * (q.shape()[n - 1] + d_v) as f64 * passes);
     let mask = match &cli.mask {
         None => None,
         Some(MaskArg::Causal) => Some(Mask::causal_rect(l_q, l_k)),
         Some(MaskArg::File(path)) => Some(load_mask(path, &weights_shape)?),
         Some(MaskArg::Window(_)) => unreachable!("run refused --mask window:W"),
     };
-    let implementation = Impl::choose(cli.implementation, cli.written.wants_weights(), l_q * l_k);
     let masking = match (&cli.mask, &mask) {
         (Some(MaskArg::Causal), _) => Masking::Causal,
         (_, Some(mask)) => Masking::Mask(mask),
@@ -367,6 +414,12 @@ fn attend<A: Float + WritableElement + OnGpu>(
         }
         _ => unreachable!("the tiled forward keeps the log-sum-exp when dO is given"),
     };
+    let what = if d_o.is_some() { "attention and its backward" } else { "attention" };
+    let progress = Progress::start(format!(
+        "attend: {what} ({}) over {}",
+        implementation.name(),
+        shape_text(q.shape())
+    ));
     let done = forward()?;
     let grads: Option<SdpaGrads<A, IxDyn>> = match &d_o {
         None => None,
@@ -393,12 +446,9 @@ fn attend<A: Float + WritableElement + OnGpu>(
             (forward, grads)
         })
     });
+    progress.finish();
     let Forward { output, weights, .. } = done;
 
-    let title = format!(
-        "Attention weights ({})",
-        cli.mask.as_ref().map_or("no mask".to_string(), |m| format!("mask: {}", m.describe()))
-    );
     let mut outputs = Outputs::new();
     let mut written = vec![format!("output {}", shape_text(output.shape()))];
     outputs.write_npy(&cli.written.out, &output)?;
@@ -406,25 +456,13 @@ fn attend<A: Float + WritableElement + OnGpu>(
         outputs.write_npy(path, weights)?;
         written.push(format!("weights {}", shape_text(weights.shape())));
     }
-    if let Some(path) = &cli.written.png {
-        let picture = Picture {
-            path,
-            labels: cli.written.labels.as_deref(),
-            title: title.clone(),
-            axes: &["batch", "head"][..n - 2],
-        };
+    if let (Some(path), Some(picture)) = (&cli.written.png, &picture) {
         let weights = weights.as_ref().expect("the plain path runs whenever --png is given");
         let png = picture.render(weights, mask.as_ref().map(Mask::as_array))?;
         outputs.write_bytes(path, &png)?;
         written.push("heatmap of the weights".into());
     }
-    if let Some(path) = &cli.written.view {
-        let view = View {
-            path,
-            labels: cli.written.labels.as_deref(),
-            title: title.clone(),
-            axes: &["batch", "head"][..n - 2],
-        };
+    if let (Some(path), Some(view)) = (&cli.written.view, &view) {
         let weights = weights.as_ref().expect("the plain path runs whenever --view is given");
         outputs.write_bytes(path, &view.render(weights)?)?;
         written.push("head view of the weights".into());

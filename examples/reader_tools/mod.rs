@@ -20,11 +20,15 @@ pub mod attend;
 pub mod multihead;
 pub mod npy;
 pub mod outputs;
+pub mod progress;
+#[path = "../common/stdout.rs"]
+pub mod stdout;
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
+use attention::mask::Mask;
 use attention::{AttentionError, Float};
 use clap::CommandFactory;
 use clap::error::ErrorKind;
@@ -81,15 +85,49 @@ pub type Run = fn(Vec<OsString>) -> Result<String, Failure>;
 /// Runs a tool on the process's arguments, prints what it has to say and returns its exit
 /// code (see the table in the module documentation).
 pub fn main_with(run: Run) -> ExitCode {
-    let code = report(run(std::env::args_os().collect()));
+    let code = process(run, std::env::args_os().collect());
     ExitCode::from(u8::try_from(code).unwrap_or(1))
+}
+
+/// What [`main_with`] does with the arguments, as a process's only thread: runs the tool,
+/// prints its report and returns the exit code (with `--impl gpu`, Mesa's runtime directory
+/// taken care of first: see [`runtime_dir`]).
+pub fn process(run: Run, args: Vec<OsString>) -> i32 {
+    // Still one thread here, so changing the environment is sound.
+    let runtime_dir = args.iter().any(|a| a == "gpu" || a == "--impl=gpu").then(runtime_dir);
+    let code = report(run(args));
+    if let Some(Some(dir)) = runtime_dir {
+        let _ = std::fs::remove_dir_all(dir);
+    }
+    code
+}
+
+/// Before `--impl gpu` opens the Vulkan driver: when `XDG_RUNTIME_DIR` is not set or not a
+/// directory, points it at a private empty directory (returned, to be removed at the end).
+/// Mesa's window-system code looks for it and otherwise prints `error: XDG_RUNTIME_DIR is
+/// invalid or not set in the environment.` on a run that succeeds; nothing here uses it.
+fn runtime_dir() -> Option<PathBuf> {
+    let set = std::env::var_os("XDG_RUNTIME_DIR").is_some_and(|d| Path::new(&d).is_dir());
+    if set {
+        return None;
+    }
+    let dir = std::env::temp_dir().join(format!(".attention-runtime-{}", std::process::id()));
+    std::fs::create_dir(&dir).ok()?;
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).ok()?;
+    }
+    // SAFETY: called from `process` before the tool starts any thread.
+    unsafe { std::env::set_var("XDG_RUNTIME_DIR", &dir) };
+    Some(dir)
 }
 
 /// Prints a run's summary or failure where it belongs and returns the exit code.
 pub fn report(result: Result<String, Failure>) -> i32 {
     match result {
         Ok(summary) => {
-            println!("{summary}");
+            stdout::line(format_args!("{summary}"));
             0
         }
         Err(Failure::Usage(e)) => {
@@ -223,6 +261,11 @@ impl MaskArg {
                 )),
             };
         }
+        if near("causal", text) && !Path::new(text).exists() {
+            return Err(format!(
+                "there is no file {text:?}: did you mean causal? (a mask file is a bool .npy)"
+            ));
+        }
         if text == "window" {
             return Err("a sliding window needs its width: window:W, e.g. window:4 (a file \
                         named window: ./window)"
@@ -247,6 +290,33 @@ impl MaskArg {
             MaskArg::File(path) => path.display().to_string(),
         }
     }
+}
+
+/// Whether `text` is a slip of `word` (one or two letters added, dropped, changed or swapped,
+/// as in `casual` for `causal`) without being `word` itself.
+fn near(word: &str, text: &str) -> bool {
+    let (a, b): (Vec<char>, Vec<char>) = (word.chars().collect(), text.chars().collect());
+    if a == b || a.len().abs_diff(b.len()) > 2 {
+        return false;
+    }
+    // Damerau–Levenshtein distance (adjacent swaps count as one edit).
+    let mut d = vec![vec![0usize; b.len() + 1]; a.len() + 1];
+    for (i, row) in d.iter_mut().enumerate() {
+        row[0] = i;
+    }
+    for j in 0..=b.len() {
+        d[0][j] = j;
+    }
+    for i in 1..=a.len() {
+        for j in 1..=b.len() {
+            let cost = usize::from(a[i - 1] != b[j - 1]);
+            d[i][j] = (d[i - 1][j] + 1).min(d[i][j - 1] + 1).min(d[i - 1][j - 1] + cost);
+            if i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] {
+                d[i][j] = d[i][j].min(d[i - 2][j - 2] + 1);
+            }
+        }
+    }
+    d[a.len()][b.len()] <= 2
 }
 
 /// A count given on the command line (`--heads`, `--bench`): a whole number, at least 1.
@@ -311,13 +381,143 @@ pub fn load_bool(path: &Path) -> Result<ArrayD<bool>, Failure> {
     let fail = |problem: String| Failure::Data(format!("{}: {problem}", path.display()));
     let header = npy::read_header(path).map_err(fail)?;
     if !npy::holds::<bool>(&header) {
+        let hint = match header.dtype.map(|d| d.kind) {
+            Some('f') => {
+                "; a float mask in PyTorch's additive form (0 = attend, -inf = blocked) is \
+                 np.save(\"m.npy\", m == 0)"
+            }
+            _ => "",
+        };
         return Err(fail(format!(
-            "a mask must have dtype bool (True = may attend), not {}",
+            "a mask must have dtype bool (True = may attend), not {}{hint}",
             npy::describe(&header)
         )));
     }
     npy::read_data(path, &header).map_err(fail)
 }
+
+/// Loads a bool mask file and checks it by the one rule both tools follow, PyTorch's for
+/// `attn_mask`: it broadcasts to the weights' shape `(…, L_q, L_k)` (aligned from the right,
+/// each of its axes is 1 or the weights' size there, and it has no more axes than they have).
+/// The mask returned has at least 2 axes (`(L_k,)` becomes `(1, L_k)`). When some queries see
+/// no key, a [`note`] says how many: their weights are all zero, which a mask of the opposite
+/// polarity (`True` = blocked) gives silently.
+pub fn load_mask(path: &Path, weights_shape: &[usize]) -> Result<Mask, Failure> {
+    let mut allowed = load_bool(path)?;
+    if allowed.ndim() > weights_shape.len()
+        || allowed
+            .shape()
+            .iter()
+            .rev()
+            .zip(weights_shape.iter().rev())
+            .any(|(&m, &w)| m != 1 && m != w)
+    {
+        return Err(Failure::Data(format!(
+            "{}: the mask's shape {} does not broadcast to the weights' shape {}: aligned from \
+             the right, each axis of the mask must be 1 or equal to the weights' axis (PyTorch's \
+             rule for attn_mask), and it may not have more axes",
+            path.display(),
+            shape_text(allowed.shape()),
+            shape_text(weights_shape)
+        )));
+    }
+    while allowed.ndim() < 2 {
+        allowed.insert_axis_inplace(Axis(0)); // (L_k,) is (1, L_k); () is (1, 1)
+    }
+    let blind = rows_without_keys(&allowed, weights_shape);
+    if blind > 0 {
+        let rows: usize = weights_shape[..weights_shape.len() - 1].iter().product();
+        note(format!(
+            "{}: {blind} of the {rows} query rows see no key (every key masked), so their \
+             weights are all zero and their output is zero; if your mask means True = blocked \
+             (PyTorch's key_padding_mask, nn.MultiheadAttention's attn_mask), save ~mask",
+            path.display()
+        ));
+    }
+    Mask::from_array(allowed).map_err(|e| Failure::Data(format!("{}: {e}", path.display())))
+}
+
+/// How many rows of the weights `(…, L_q, L_k)` a mask that broadcasts to them leaves with no
+/// key: its own all-false rows, each repeated as often as broadcasting repeats it.
+pub fn rows_without_keys(allowed: &ArrayD<bool>, weights_shape: &[usize]) -> usize {
+    let n = allowed.ndim();
+    let empty = allowed.lanes(Axis(n - 1)).into_iter().filter(|row| !row.iter().any(|&a| a));
+    let own_rows: usize = allowed.shape()[..n - 1].iter().product();
+    let rows: usize = weights_shape[..weights_shape.len() - 1].iter().product();
+    empty.count() * (rows / own_rows.max(1))
+}
+
+thread_local! {
+    static NOTES: std::cell::RefCell<Vec<String>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Says something on standard error that does not stop the run (`note: …`): a result that
+/// may not be what was meant, or a way to make the run faster. The tests read the notes of
+/// their own thread back with [`take_notes`].
+pub fn note(text: impl std::fmt::Display) {
+    let text = text.to_string();
+    eprintln!("note: {text}");
+    NOTES.with(|notes| notes.borrow_mut().push(text));
+}
+
+/// The notes this thread's runs said so far (each without `note: `), which it forgets.
+pub fn take_notes() -> Vec<String> {
+    NOTES.with(|notes| std::mem::take(&mut *notes.borrow_mut()))
+}
+
+/// Multiply-adds above which a debug build says, once, that it is unoptimised (about a few
+/// seconds of work in a debug build, well under one in a release build).
+pub const DEBUG_NOTE_FROM: f64 = 2e8;
+
+/// In a debug build, says once that it is much slower than `--release` when a run is about to
+/// do more than [`DEBUG_NOTE_FROM`] multiply-adds; in a release build, nothing.
+pub fn note_if_debug(tool: &str, multiply_adds: f64) {
+    if cfg!(debug_assertions) && multiply_adds > DEBUG_NOTE_FROM {
+        note(format!(
+            "this is an unoptimised (debug) build, which computes many times slower; for a \
+             run this size use cargo run --release --example {tool} -- …"
+        ));
+    }
+}
+
+/// The most bytes the weights `(…, L_q, L_k)` may take where a tool forms them (the plain
+/// path of `attend`, and `multihead`): 2 GiB, e.g. one 16384 × 16384 matrix of `float64` or
+/// 23170 × 23170 of `float32`. The computation holds a few arrays of that size at once.
+pub const MAX_WEIGHT_BYTES: u64 = 1 << 31;
+
+/// The bytes of weights of shape `weights_shape` with elements of `element` bytes, or `None`
+/// when the number does not fit in 64 bits.
+pub fn weight_bytes(weights_shape: &[usize], element: usize) -> Option<u64> {
+    weights_shape.iter().try_fold(element as u64, |acc, &n| acc.checked_mul(n as u64))
+}
+
+/// Refuses, before anything is computed, weights larger than [`MAX_WEIGHT_BYTES`]: `files`
+/// names the inputs whose sizes make them, `way_out` says what to do instead.
+pub fn check_weight_bytes(
+    files: &str,
+    weights_shape: &[usize],
+    dtype: &str,
+    element: usize,
+    way_out: &str,
+) -> Result<(), Failure> {
+    let bytes = weight_bytes(weights_shape, element);
+    if bytes.is_some_and(|b| b <= MAX_WEIGHT_BYTES) {
+        return Ok(());
+    }
+    let size = bytes.map_or("more than 2^64".to_string(), |b| b.to_string());
+    Err(Failure::Data(format!(
+        "{files}: the weights {} would take {size} bytes of {dtype}, more than the limit of \
+         {MAX_WEIGHT_BYTES} bytes (2 GiB) for forming them; {way_out}",
+        shape_text(weights_shape)
+    )))
+}
+
+/// The smallest side of a cell `--png` draws, in pixels (the heatmaps never draw smaller).
+pub const PNG_MIN_CELL: usize = 2;
+
+/// What a PNG keeps beside its cells for titles, labels and the colour bar, in pixels: the
+/// cells of a row or a column of panels must fit in [`figures::MAX_SIDE`] minus this.
+pub const PNG_MARGIN: usize = 400;
 
 fn check_finite<A: Float>(path: &Path, a: &ArrayD<A>) -> Result<(), Failure> {
     if let Some((index, x)) = a.indexed_iter().find(|(_, x)| !x.is_finite()) {
@@ -396,6 +596,44 @@ pub struct Picture<'a> {
 }
 
 impl Picture<'_> {
+    /// Checks, from the weights' shape alone and so before anything is computed, that the
+    /// picture can be drawn: at most [`MAX_PANELS`] panels, labels that fit, and cells of at
+    /// least [`PNG_MIN_CELL`] pixels that fit in [`figures::MAX_SIDE`] less [`PNG_MARGIN`]
+    /// (a grid has at least 2 panels side by side and at most 4).
+    pub fn check(&self, weights_shape: &[usize]) -> Result<(), Failure> {
+        let shown = self.path.display();
+        let n = weights_shape.len();
+        let (l_q, l_k) = (weights_shape[n - 2], weights_shape[n - 1]);
+        self.token_labels(l_q, l_k)?;
+        let panels: usize = weights_shape[..n - 2].iter().product();
+        if panels > MAX_PANELS {
+            return Err(Failure::Data(format!(
+                "{shown}: the weights {} hold {panels} matrices, more than the {MAX_PANELS} one \
+                 image can show; pass a smaller batch",
+                shape_text(weights_shape)
+            )));
+        }
+        let (across, down) = (panels.clamp(1, 2), panels.div_ceil(4).max(1));
+        let room = figures::MAX_SIDE as usize - PNG_MARGIN;
+        let (width, height) = (
+            across.saturating_mul(l_k).saturating_mul(PNG_MIN_CELL),
+            down.saturating_mul(l_q).saturating_mul(PNG_MIN_CELL),
+        );
+        if width > room || height > room {
+            return Err(Failure::Data(format!(
+                "{shown}: the weights {} need cells of at least {width} × {height} pixels \
+                 ({across} panel(s) of {l_k} keys across, {down} of {l_q} queries down, \
+                 {PNG_MIN_CELL} pixels a cell), more than the {room} a PNG has room for (the \
+                 figures' limit of {} pixels a side, less {PNG_MARGIN} for titles and labels); \
+                 leave out --png (--view or --weights show larger weights), or pass fewer \
+                 tokens or a smaller batch",
+                shape_text(weights_shape),
+                figures::MAX_SIDE
+            )));
+        }
+        Ok(())
+    }
+
     /// Draws weights `(…, L_q, L_k)` as one heatmap (no leading axes) or a grid with one panel
     /// per leading index; `allowed` (broadcast to the weights' shape) marks masked cells, whose
     /// weight is exactly 0, with a hatch and a "0".
@@ -407,15 +645,9 @@ impl Picture<'_> {
         let shown = self.path.display();
         let n = weights.ndim();
         let (l_q, l_k) = (weights.shape()[n - 2], weights.shape()[n - 1]);
+        self.check(weights.shape())?;
         let labels = self.token_labels(l_q, l_k)?;
         let panels: usize = weights.shape()[..n - 2].iter().product();
-        if panels > MAX_PANELS {
-            return Err(Failure::Data(format!(
-                "{shown}: the weights {} hold {panels} matrices, more than the {MAX_PANELS} one \
-                 image can show; pass a smaller batch",
-                shape_text(weights.shape())
-            )));
-        }
         let weights = weights.mapv(|w| w.to_f64().expect("a finite float converts to f64"));
         let allowed = match allowed {
             None => None,
@@ -543,6 +775,24 @@ pub struct View<'a> {
 }
 
 impl View<'_> {
+    /// Checks, from the weights' shape alone and so before anything is computed, that the
+    /// page can show them: at most [`MAX_VIEW_WEIGHTS`] weights, and labels that fit.
+    pub fn check(&self, weights_shape: &[usize]) -> Result<(), Failure> {
+        let n = weights_shape.len();
+        let count = weights_shape.iter().try_fold(1usize, |acc, &d| acc.checked_mul(d));
+        if count.is_none_or(|c| c > MAX_VIEW_WEIGHTS) {
+            return Err(Failure::Data(format!(
+                "{}: the weights {} hold {} values, more than the {MAX_VIEW_WEIGHTS} one page \
+                 can show; pass fewer tokens or a smaller batch",
+                self.path.display(),
+                shape_text(weights_shape),
+                count.map_or("more than 2^64".to_string(), |c| c.to_string())
+            )));
+        }
+        parse_labels(self.labels, weights_shape[n - 2], weights_shape[n - 1])?;
+        Ok(())
+    }
+
     /// The page for weights `(…, L_q, L_k)`: with no leading axis one matrix; with one, its
     /// matrices are the view's heads (named by the axis); with two, the first picks the
     /// "layer" (e.g. the batch item) and the second the head.
@@ -550,14 +800,7 @@ impl View<'_> {
         let shown = self.path.display();
         let n = weights.ndim();
         let (l_q, l_k) = (weights.shape()[n - 2], weights.shape()[n - 1]);
-        if weights.len() > MAX_VIEW_WEIGHTS {
-            return Err(Failure::Data(format!(
-                "{shown}: the weights {} hold {} values, more than the {MAX_VIEW_WEIGHTS} one \
-                 page can show; pass fewer tokens or a smaller batch",
-                shape_text(weights.shape()),
-                weights.len()
-            )));
-        }
+        self.check(weights.shape())?;
         let (queries, keys) = match parse_labels(self.labels, l_q, l_k)? {
             Some(labels) => (labels.clone(), labels),
             None => (

@@ -10,13 +10,15 @@ use attention::rope::{Rope, RopeLayout};
 use attention::{AttentionError, Float};
 use clap::Parser;
 use clap::error::ErrorKind;
-use ndarray::{Array2, Array3, Array4, ArrayD, Axis, Ix2, Ix3};
+use ndarray::{Array2, Array3, Array4, ArrayD, Axis, Ix2, Ix3, IxDyn};
 use ndarray_npy::WritableElement;
 
 use super::outputs::{Named, Outputs, check_distinct};
+use super::progress::Progress;
 use super::{
-    Failure, MaskArg, Picture, Tensor, View, Written, after_help, at_least_one, drawing, explain,
-    load_bool, same_dtype, shape_text, usage, wrote,
+    Failure, MaskArg, Picture, Tensor, View, Written, after_help, at_least_one,
+    check_weight_bytes, drawing, explain, load_mask, note_if_debug, npy, same_dtype, shape_text,
+    usage, wrote,
 };
 
 /// Multi-head self-attention on your own tensors: X·W_Q, X·W_K, X·W_V split into heads,
@@ -288,6 +290,32 @@ fn layer<A: Float>(
     layer.with_rope(rope).map_err(in_x)
 }
 
+/// Loads a mask file for the layer's weights `(H, L, L)` or `(batch, H, L, L)` by the rule
+/// `attend` follows (it broadcasts to the weights as PyTorch's `attn_mask` does), with one
+/// addition for a batch: a `(batch, L, L)` mask is one mask per item, applied to every head,
+/// as `(batch, 1, L, L)` is. The mask returned has the weights' full shape.
+fn load_layer_mask(path: &Path, weights_shape: &[usize]) -> Result<Mask, Failure> {
+    let fail = |problem: String| Failure::Data(format!("{}: {problem}", path.display()));
+    let shape = npy::read_header(path).map_err(fail)?.shape;
+    let per_item = weights_shape.len() == 4
+        && shape.len() == 3
+        && shape[0] == weights_shape[0]
+        && shape[0] != 1
+        && shape[1..] == weights_shape[2..];
+    let mask = if per_item {
+        let items = [weights_shape[0], weights_shape[2], weights_shape[3]];
+        load_mask(path, &items)?.for_heads()
+    } else {
+        load_mask(path, weights_shape)?
+    };
+    let full = mask
+        .as_array()
+        .broadcast(IxDyn(weights_shape))
+        .map(|a| a.to_owned())
+        .ok_or_else(|| fail(format!("the mask does not broadcast to {}", shape_text(weights_shape))))?;
+    Mask::from_array(full).map_err(|e| fail(e.to_string()))
+}
+
 fn multihead<A: Float + WritableElement>(
     cli: &Cli,
     plan: &Plan,
@@ -305,6 +333,41 @@ fn multihead<A: Float + WritableElement>(
     let layer = layer(cli, plan, d_model, w)?;
 
     let l = x.shape()[x.ndim() - 2];
+    let mut weights_shape = x.shape()[..x.ndim() - 2].to_vec();
+    weights_shape.extend([plan.heads, l, l]);
+    let panel_axes: &[&str] = if x.ndim() == 2 { &["head"] } else { &["batch", "head"] };
+    let labels = cli.written.labels.as_deref();
+    let picture = cli.written.png.as_deref().map(|path| Picture {
+        path,
+        labels,
+        title: plan.title(),
+        axes: panel_axes,
+    });
+    let view = cli.written.view.as_deref().map(|path| View {
+        path,
+        labels,
+        title: plan.title(),
+        axes: panel_axes,
+    });
+    // Every size that follows from the headers, checked before any work.
+    let dtype = if size_of::<A>() == 4 { "float32" } else { "float64" };
+    check_weight_bytes(
+        &x_shown.to_string(),
+        &weights_shape,
+        dtype,
+        size_of::<A>(),
+        "multihead always forms every head's weights: pass fewer tokens or a smaller batch \
+         (attend --impl tiled computes one head's attention without them)",
+    )?;
+    if let Some(picture) = &picture {
+        picture.check(&weights_shape)?;
+    }
+    if let Some(view) = &view {
+        view.check(&weights_shape)?;
+    }
+    let tokens: f64 = x.shape()[..x.ndim() - 1].iter().map(|&s| s as f64).product();
+    let d = d_model as f64;
+    note_if_debug("multihead", tokens * (4.0 * d * d + 2.0 * l as f64 * d));
     let window = match cli.mask {
         Some(MaskArg::Window(w)) => Some(w),
         _ => None,
@@ -317,35 +380,12 @@ fn multihead<A: Float + WritableElement>(
             Mask::sliding_window(l, *w)
                 .map_err(|e| Failure::Data(format!("--mask window:{w}: {e}")))?,
         ),
-        Some(MaskArg::File(path)) => {
-            let allowed = load_bool(path)?;
-            let per_item = [x.shape()[0], l, l];
-            if allowed.shape() != [l, l] && !(x.ndim() == 3 && allowed.shape() == per_item) {
-                let expected = if x.ndim() == 3 {
-                    format!(
-                        "{} (every item) or {} (one per item)",
-                        shape_text(&[l, l]),
-                        shape_text(&per_item)
-                    )
-                } else {
-                    shape_text(&[l, l])
-                };
-                return Err(Failure::Data(format!(
-                    "{}: mask has shape {} but {expected} was expected (True = may attend)",
-                    path.display(),
-                    shape_text(allowed.shape())
-                )));
-            }
-            Some(
-                Mask::from_array(allowed)
-                    .map_err(|e| Failure::Data(format!("{}: {e}", path.display())))?,
-            )
-        }
+        Some(MaskArg::File(path)) => Some(load_layer_mask(path, &weights_shape)?),
     };
     let mask_path = cli.mask.as_ref().and_then(MaskArg::file).unwrap_or(Path::new("--mask"));
     let files = [("x", cli.x.as_path()), ("mask", mask_path)];
-    let panel_axes: &[&str] = if x.ndim() == 2 { &["head"] } else { &["batch", "head"] };
     let summary = plan.describe(x.shape(), cli.mask.as_ref());
+    let progress = Progress::start(format!("multihead: {summary}"));
     let (output, weights) = if x.ndim() == 2 {
         let x = x.into_dimensionality::<Ix2>().expect("checked: 2 axes");
         let out = if plan.decode {
@@ -375,6 +415,7 @@ fn multihead<A: Float + WritableElement>(
         }
     };
 
+    progress.finish();
     let mut outputs = Outputs::new();
     let mut written = vec![format!("output {}", shape_text(output.shape()))];
     outputs.write_npy(&cli.written.out, &output)?;
@@ -382,26 +423,12 @@ fn multihead<A: Float + WritableElement>(
         outputs.write_npy(path, &weights)?;
         written.push(format!("weights {}", shape_text(weights.shape())));
     }
-    if let Some(path) = &cli.written.png {
-        let picture = Picture {
-            path,
-            labels: cli.written.labels.as_deref(),
-            title: plan.title(),
-            axes: panel_axes,
-        };
-        // A (batch, L, L) mask applies to every head, as in the computation itself.
-        let per_head = mask.as_ref().map(Mask::for_heads);
-        let png = picture.render(&weights, per_head.as_ref().map(Mask::as_array))?;
+    if let (Some(path), Some(picture)) = (&cli.written.png, &picture) {
+        let png = picture.render(&weights, mask.as_ref().map(Mask::as_array))?;
         outputs.write_bytes(path, &png)?;
         written.push("heatmap of the weights".into());
     }
-    if let Some(path) = &cli.written.view {
-        let view = View {
-            path,
-            labels: cli.written.labels.as_deref(),
-            title: plan.title(),
-            axes: panel_axes,
-        };
+    if let (Some(path), Some(view)) = (&cli.written.view, &view) {
         outputs.write_bytes(path, &view.render(&weights)?)?;
         written.push("head view of the weights".into());
     }

@@ -134,6 +134,14 @@ pub fn read_header(path: &Path) -> Result<Header, String> {
         .whole()
         .map_err(|e| invalid(format!("cannot parse its header {}: {e}", shorten(text))))?;
     let header = header_from(value, data_offset).map_err(invalid)?;
+    if header.dtype.is_some_and(|d| d.kind == 'O') {
+        return Err(format!(
+            "object arrays are not supported: its dtype is {}, which np.save writes as a \
+             Python pickle, not as numbers; save a numeric array instead, e.g. \
+             np.save(path, np.asarray(a, dtype=np.float32))",
+            describe(&header)
+        ));
+    }
     let expected = data_bytes(&header).map_err(invalid)?;
     let actual = len - data_offset;
     if actual != expected {

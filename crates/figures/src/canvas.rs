@@ -27,8 +27,9 @@ pub(crate) const MARGIN: i32 = 16;
 pub(crate) const GAP: i32 = 8;
 pub(crate) const TICK: i32 = 5;
 
-/// The largest side, in pixels, of any figure.
-pub(crate) const MAX_SIDE: u32 = 8000;
+/// The largest side, in pixels, of any figure: a larger one is refused with
+/// [`FigureError::TooLarge`](crate::FigureError::TooLarge).
+pub const MAX_SIDE: u32 = 8000;
 
 /// The embedded fonts, parsed once per process.
 fn face(bold: bool) -> Result<&'static FontRef<'static>> {

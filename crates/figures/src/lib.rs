@@ -56,6 +56,7 @@ mod line;
 mod ticks;
 
 pub use bar::BarChart;
+pub use canvas::MAX_SIDE;
 pub use color::{ColorScheme, ValueRange};
 pub use diagram::Diagram;
 pub use error::{FigureError, Result};
