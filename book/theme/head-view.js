@@ -35,6 +35,8 @@
    *  RESTING_TOP largest weights per head. */
   const RESTING_LINES = 40000;
   const RESTING_TOP = 3;
+  /** The SVG namespace of exported drawings: a name, not an address (nothing is loaded). */
+  const SVG_NS = "http://www.w3.org/2000/svg";
   /** Canvas backing stores larger than this on a side are not drawn by every browser. */
   const MAX_CANVAS_PX = 16000;
   const views = [];
@@ -679,7 +681,7 @@
       const stats = this.paintExport(svgPainter(out, colourSpeller(), m.family), m);
       const label = [m.title, m.caption].filter(Boolean).join(": ");
       return '<?xml version="1.0" encoding="UTF-8"?>\n' +
-        `<svg xmlns="http://www.w3.org/2000/svg" width="${m.width}" height="${m.height}" ` +
+        `<svg xmlns="${SVG_NS}" width="${m.width}" height="${m.height}" ` +
         `viewBox="0 0 ${m.width} ${m.height}" font-family="${xml(m.family)}" xml:space="preserve" ` +
         `data-state="${xml(this.stateText(this.pointed()))}" data-drawn="${stats.text()}" ` +
         `data-plot="${m.plotX} ${m.plotY} ${this.layout.width} ${this.layout.height}">\n` +
@@ -842,7 +844,7 @@
   function xml(text) {
     return String(text)
       .replace(/[\u0000-\u0008\u000b\u000c\u000e-\u001f\ufffe\uffff]/g, "\ufffd")
-      .replace(/[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/g, "\ufffd")
+      .replace(/[\ud800-\udbff][\udc00-\udfff]|[\ud800-\udfff]/g, c => (c.length === 2 ? c : "\ufffd"))
       .replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;")
       .replace(/"/g, "&quot;").replace(/'/g, "&apos;");
   }
