@@ -702,7 +702,8 @@ async function main() {
     process.exit(1);
   }
   console.log("head view check passed: drawn, pointed at by mouse and keyboard, labels as text, " +
-    "two views independent, long inputs usable, themes followed, no console error, nothing off the machine");
+    "two views independent, long inputs usable, themes followed, SVG and PNG exports as drawn, no console error, " +
+    "nothing off the machine");
 }
 
 main().catch(e => {
