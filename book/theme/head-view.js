@@ -7,13 +7,21 @@
 //
 // from the data registered as window.attentionHeadViews["ID"], which figures::HeadView writes
 // (crates/figures/src/head_view.rs: title, axes, queries, keys, heads, layers of
-// [head][query][key] weights, and optionally start: the layer and head to open on). Each view keeps its state in its own object and touches only
-// its own element, so several views on one page do not interfere. The static picture stays
-// until the view is drawn, and for print (head-view.css); without JavaScript it is all there is.
+// [head][query][key] weights, and optionally start: the layer and head to open on). Each view
+// keeps its state in its own object and touches only its own element, so several views on one
+// page do not interfere. The static picture stays until the view is drawn, and for print
+// (head-view.css); without JavaScript it is all there is.
+//
+// Its SVG and PNG buttons download what is drawn at that moment (layer, head, mode, the token
+// kept or pointed at), with both token columns around the drawing, in the page's current theme
+// colours: the SVG as vectors (lines, cells and the tokens as <text>), the PNG as the same
+// picture painted on a canvas at the screen's pixel ratio. Both are painted by the same code as
+// the view's own canvas (the painters below), from the same numbers.
 //
 // For tests (tools/browser/check_head_view.mjs) every view's root carries data-state (layer,
 // head, mode, the token pointed at) and data-drawn (how many lines or cells were drawn, their
-// total opacity, and a checksum of where they are).
+// total opacity, and a checksum of where they are); an exported SVG's root carries both too,
+// and data-plot: where the drawing is in it (x y width height).
 (function () {
   "use strict";
 
@@ -27,6 +35,8 @@
    *  RESTING_TOP largest weights per head. */
   const RESTING_LINES = 40000;
   const RESTING_TOP = 3;
+  /** The SVG namespace of exported drawings: a name, not an address (nothing is loaded). */
+  const SVG_NS = "http://www.w3.org/2000/svg";
   /** Canvas backing stores larger than this on a side are not drawn by every browser. */
   const MAX_CANVAS_PX = 16000;
   const views = [];
@@ -145,6 +155,17 @@
         modes.appendChild(b);
       }
       controls.appendChild(modes);
+      // Export: what is drawn now, as a vector drawing or an image (built by exportScene).
+      const exports = el("span", { class: "hv-export", role: "group", "aria-label": "download what is drawn" });
+      for (const [format, what] of [["svg", "an SVG drawing"], ["png", "a PNG image"]]) {
+        const b = el("button", {
+          type: "button", class: `hv-export-button hv-export-${format}`, text: format.toUpperCase(),
+          title: `Download what is drawn now as ${what}`, "aria-label": `Download what is drawn as ${format.toUpperCase()}`,
+        });
+        b.addEventListener("click", () => this.download(format));
+        exports.appendChild(b);
+      }
+      controls.appendChild(exports);
       root.appendChild(controls);
 
       this.queryList = this.tokenList("q", d.queries, "queries (attending from)");
@@ -299,7 +320,10 @@
         const hue = Math.round((205 + (h * 360) / this.d.heads) % 360);
         heads.push(`hsl(${hue}, ${sat}, ${light})`);
       }
-      this.colours = { heads, accent: v("--hv-accent", "#1f6fd1"), fg: v("--hv-fg", "#222"), key: `${sat}|${light}` };
+      this.colours = {
+        heads, accent: v("--hv-accent", "#1f6fd1"), fg: v("--hv-fg", "#222"), bg: v("--hv-bg", "#fff"),
+        muted: v("--hv-muted", "#6b6b6b"), key: `${sat}|${light}`,
+      };
       if (this.swatches) this.swatches.forEach((b, h) => { b.style.background = heads[h]; });
     }
 
@@ -352,6 +376,7 @@
         rowH: q.length ? q[0][1] - q[0][0] : 20,
         qTop: q.map(r => r[0]), qBottom: q.map(r => r[1]),
         qY: q.map(r => (r[0] + r[1]) / 2), kY: k.map(r => (r[0] + r[1]) / 2),
+        kTop: k.map(r => r[0]), kBottom: k.map(r => r[1]),
       };
       this.readColours();
       this.draw();
@@ -390,7 +415,7 @@
       ctx.clearRect(0, 0, width, height);
       const p = this.pointed();
       const stats = makeStats();
-      if (this.s.mode === "lines") this.drawLines(ctx, p, stats);
+      if (this.s.mode === "lines") this.drawLines(canvasPainter(ctx), p, stats);
       else this.drawMatrix(ctx, p, stats);
       ctx.globalAlpha = 1;
       this.shadeTokens(p);
@@ -402,11 +427,15 @@
         });
       }
       if (this.swatches) this.swatches.forEach((b, h) => b.setAttribute("aria-pressed", String(this.s.head === h)));
+      this.root.dataset.state = this.stateText(p);
+      this.root.dataset.drawn = stats.text();
+    }
+
+    stateText(p) {
       const s = this.s;
-      this.root.dataset.state = `layer=${s.layer} head=${s.head < 0 ? "all" : s.head} mode=${s.mode} ` +
+      return `layer=${s.layer} head=${s.head < 0 ? "all" : s.head} mode=${s.mode} ` +
         `point=${p ? p.side + p.index : "none"} pin=${s.pin ? s.pin.side + s.pin.index : "none"}` +
         (s.cell ? ` cell=${s.cell.i},${s.cell.j}` : "");
-      this.root.dataset.drawn = `${stats.count} ${stats.alpha.toFixed(3)} ${stats.where.toFixed(3)}`;
     }
 
     shownHeads() {
@@ -414,21 +443,18 @@
       return Array.from({ length: this.d.heads }, (_, h) => h);
     }
 
-    drawLines(ctx, p, stats) {
+    /** Lines mode, through `painter` (the canvas, or an export), in the plot's coordinates. */
+    drawLines(painter, p, stats) {
       const { width, qY, kY, rowH } = this.layout;
       const heads = this.shownHeads();
       const x0 = 3, x1 = width - 3;
       // Several heads: each its own lane within a token's row, so their lines stay apart.
       const lane = new Map(heads.map((h, n) => [h, heads.length > 1 ? ((n + 0.5) / heads.length - 0.5) * rowH * 0.7 : 0]));
       const line = (h, i, j, w, faint) => {
-        ctx.strokeStyle = this.colour(h);
-        ctx.globalAlpha = faint ? 0.1 + 0.4 * w : Math.min(1, 0.12 + 0.88 * w);
-        ctx.lineWidth = faint ? 1 : 1 + 3 * w;
-        ctx.beginPath();
-        ctx.moveTo(x0, qY[i] + lane.get(h));
-        ctx.lineTo(x1, kY[j] + lane.get(h));
-        ctx.stroke();
-        stats.add(h, i, j, ctx.globalAlpha);
+        const alpha = faint ? 0.1 + 0.4 * w : Math.min(1, 0.12 + 0.88 * w);
+        painter.line(x0, qY[i] + lane.get(h), x1, kY[j] + lane.get(h),
+          { stroke: this.colour(h), alpha, width: faint ? 1 : 1 + 3 * w, cls: "hv-line" });
+        stats.add(h, i, j, alpha);
       };
       const nq = this.d.queries.length, nk = this.d.keys.length;
       if (p) {
@@ -468,35 +494,20 @@
       for (const [h, i, j, w] of this.resting.get(key)) line(h, i, j, w, true);
     }
 
+    /** Matrix mode on the view's canvas: the cells from a cache, then the outlines. */
     drawMatrix(ctx, p, stats) {
-      const { cellW, qTop, qBottom, height, width, scale } = this.layout;
-      const h = this.s.head;
-      const nq = this.d.queries.length, nk = this.d.keys.length;
+      const { height, width, scale } = this.layout;
       // The cells are drawn once into a canvas of their own (per layer, head, size and
       // colour); pointing only adds outlines on top, so long inputs stay responsive.
-      const key = `${this.s.layer}|${h}|${cellW}|${width}x${height}|${scale}|${this.colour(h)}`;
+      const key = `${this.s.layer}|${this.s.head}|${this.layout.cellW}|${width}x${height}|${scale}|${this.colour(this.s.head)}`;
       if (!this.cells || this.cells.key !== key) {
         const canvas = document.createElement("canvas");
         canvas.width = this.canvas.width;
         canvas.height = this.canvas.height;
         const cx = canvas.getContext("2d");
         cx.setTransform(scale, 0, 0, scale, 0, 0);
-        // Shading from 0 (none) to the largest weight shown (full colour), said in the readout:
-        // over 128 keys most weights are small, and absolute shading would hide them.
-        let max = 0;
-        for (let i = 0; i < nq; i++) for (let j = 0; j < nk; j++) max = Math.max(max, this.weight(h, i, j));
         const drawn = makeStats();
-        cx.fillStyle = this.colour(h);
-        for (let i = 0; i < nq; i++) {
-          const top = qTop[i], rowH = qBottom[i] - qTop[i];
-          for (let j = 0; j < nk; j++) {
-            const w = this.weight(h, i, j);
-            if (w <= 0) continue;
-            cx.globalAlpha = w / max;
-            cx.fillRect(j * cellW, top + 0.5, Math.max(1, cellW - (cellW > 6 ? 1 : 0)), rowH - 1);
-            drawn.add(h, i, j, w / max);
-          }
-        }
+        const max = this.drawCells(canvasPainter(cx), drawn);
         this.cells = { key, canvas, max, drawn };
       }
       this.matrixMax = this.cells.max;
@@ -505,20 +516,198 @@
       ctx.drawImage(this.cells.canvas, 0, 0);
       ctx.restore();
       stats.merge(this.cells.drawn);
-      ctx.globalAlpha = 1;
-      ctx.strokeStyle = this.colours.fg;
-      ctx.lineWidth = 1.5;
+      this.drawOutlines(canvasPainter(ctx), p, stats);
+    }
+
+    /** Matrix mode's cells, through `painter`; returns the largest weight (full colour). */
+    drawCells(painter, stats) {
+      const { cellW, qTop, qBottom } = this.layout;
+      const h = this.s.head;
+      const nq = this.d.queries.length, nk = this.d.keys.length;
+      // Shading from 0 (none) to the largest weight shown (full colour), said in the readout:
+      // over 128 keys most weights are small, and absolute shading would hide them.
+      let max = 0;
+      for (let i = 0; i < nq; i++) for (let j = 0; j < nk; j++) max = Math.max(max, this.weight(h, i, j));
+      const colour = this.colour(h);
+      for (let i = 0; i < nq; i++) {
+        const top = qTop[i], rowH = qBottom[i] - qTop[i];
+        for (let j = 0; j < nk; j++) {
+          const w = this.weight(h, i, j);
+          if (w <= 0) continue;
+          painter.rect(j * cellW, top + 0.5, Math.max(1, cellW - (cellW > 6 ? 1 : 0)), rowH - 1,
+            { fill: colour, alpha: w / max, cls: "hv-cell" });
+          stats.add(h, i, j, w / max);
+        }
+      }
+      return max;
+    }
+
+    /** Matrix mode's outlines: the row or column pointed at, and the cell under the mouse. */
+    drawOutlines(painter, p, stats) {
+      const { cellW, qTop, qBottom, height } = this.layout;
+      const nk = this.d.keys.length;
+      const fg = this.colours.fg;
       if (p && p.side === "q") {
-        ctx.strokeRect(0.75, qTop[p.index] + 0.75, nk * cellW - 1.5, qBottom[p.index] - qTop[p.index] - 1.5);
+        painter.rect(0.75, qTop[p.index] + 0.75, nk * cellW - 1.5, qBottom[p.index] - qTop[p.index] - 1.5,
+          { stroke: fg, width: 1.5, cls: "hv-outline" });
         stats.count++;
       } else if (p && p.side === "k") {
-        ctx.strokeRect(p.index * cellW + 0.75, 0.75, cellW - 1.5, height - 1.5);
+        painter.rect(p.index * cellW + 0.75, 0.75, cellW - 1.5, height - 1.5, { stroke: fg, width: 1.5, cls: "hv-outline" });
         stats.count++;
       }
       if (this.s.cell) {
         const { i, j } = this.s.cell;
-        ctx.lineWidth = 2.5;
-        ctx.strokeRect(j * cellW + 1, qTop[i] + 1, cellW - 2, qBottom[i] - qTop[i] - 2);
+        painter.rect(j * cellW + 1, qTop[i] + 1, cellW - 2, qBottom[i] - qTop[i] - 2,
+          { stroke: fg, width: 2.5, cls: "hv-cell-outline" });
+      }
+    }
+
+    // -- export ---------------------------------------------------------------------------
+
+    /** The file name of an export, without its extension: the view's id, then the layer,
+     *  head and mode shown (e.g. ch13-layer0-head2, view-head-all-matrix). */
+    exportName() {
+      const d = this.d, s = this.s;
+      const parts = [slug(this.host.getAttribute("data-head-view"))];
+      if (d.layers.length > 1) parts.push(`${slug(this.layerWord)}${s.layer}`);
+      if (d.heads > 1) parts.push(s.head >= 0 ? `${slug(this.headWord)}${s.head}` : `${slug(this.headWord)}-all`);
+      if (s.mode === "matrix") parts.push("matrix");
+      return parts.join("-");
+    }
+
+    /** The line under an export's title: what it shows. */
+    exportCaption(p) {
+      const d = this.d, s = this.s, parts = [];
+      if (d.layers.length > 1) parts.push(String(d.layers[s.layer].label));
+      if (d.heads > 1) {
+        parts.push(s.head >= 0 ? `${this.headWord} ${s.head}`
+          : s.mode === "matrix" ? `the mean of the ${d.heads} ${this.headWord}s` : `all ${d.heads} ${this.headWord}s`);
+      }
+      if (s.mode === "matrix") parts.push(`shading: 0 to ${this.matrixMax.toFixed(3)}`);
+      if (p) {
+        const kept = s.pin && s.pin.side === p.side && s.pin.index === p.index ? " (kept)" : "";
+        parts.push(`${p.side === "q" ? "query" : "key"} ${p.index} ${quoted(p.side === "q" ? d.queries[p.index] : d.keys[p.index])}${kept}`);
+      }
+      return parts.join(" \u00b7 ");
+    }
+
+    /** Where an export puts everything, in CSS pixels: the tokens' column and row, the plot
+     *  (the canvas's drawing, at its size on the page), and the whole picture's size. */
+    exportLayout() {
+      const L = this.layout, d = this.d;
+      const token = getComputedStyle(this.queryItems[0]);
+      const rootCss = getComputedStyle(this.root);
+      const m = {
+        family: token.fontFamily, size: parseFloat(token.fontSize) || 13,
+        ui: rootCss.fontFamily, base: parseFloat(rootCss.fontSize) || 14, pad: 10,
+      };
+      const ctx = document.createElement("canvas").getContext("2d");
+      const measure = (text, px, family, bold) => {
+        ctx.font = `${bold ? "700 " : ""}${px}px ${family}`;
+        return ctx.measureText(text).width;
+      };
+      const widest = (labels, px) => labels.reduce((w, t) => Math.max(w, measure(shown(t), px, m.family, true)), 0);
+      const matrix = this.s.mode === "matrix";
+      m.tpad = Math.round(0.45 * m.size);
+      m.kSize = matrix ? Math.min(m.size, Math.max(2, L.cellW - 1)) : m.size;
+      m.qW = Math.ceil(widest(d.queries, m.size) + 2 * m.tpad);
+      m.kW = Math.ceil(widest(d.keys, m.kSize) + 2 * m.tpad);
+      m.title = d.title ? String(d.title) : "";
+      m.caption = this.exportCaption(this.pointed());
+      m.titleY = m.pad + 0.75 * m.base * 1.1;
+      m.captionY = m.pad + (m.title ? 1.5 * m.base * 1.1 : 0) + 0.75 * m.base;
+      const top = m.captionY + 0.75 * m.base + 8;
+      m.plotX = m.pad + m.qW;
+      m.plotY = Math.round(top + (matrix ? m.kW : 0));
+      m.width = Math.ceil(Math.max(
+        m.plotX + L.width + (matrix ? 0 : m.kW) + m.pad,
+        2 * m.pad + measure(m.title, 1.1 * m.base, m.ui, true),
+        2 * m.pad + measure(m.caption, 0.9 * m.base, m.ui, false),
+      ));
+      m.height = Math.ceil(m.plotY + L.height + m.pad);
+      return m;
+    }
+
+    /** Paints what the view shows now through `painter`, laid out by `m` (exportLayout):
+     *  background, title, caption, both token columns (shaded, outlined and bold as on the page)
+     *  and the drawing. Returns what the drawing drew (as data-drawn counts it). */
+    paintExport(painter, m) {
+      const L = this.layout, d = this.d, c = this.colours, h = this.s.head;
+      const p = this.pointed();
+      const matrix = this.s.mode === "matrix";
+      painter.rect(0, 0, m.width, m.height, { fill: c.bg, cls: "hv-background" });
+      if (m.title) painter.text(m.pad, m.titleY, m.title, { fill: c.fg, size: 1.1 * m.base, bold: true, family: m.ui, cls: "hv-title" });
+      painter.text(m.pad, m.captionY, m.caption, { fill: c.muted, size: 0.9 * m.base, family: m.ui, cls: "hv-caption" });
+      const colour = this.colour(h);
+      const token = (side, i, box, at) => {
+        if (p && p.side !== side) {
+          const w = p.side === "q" ? this.weight(h, p.index, i) : this.weight(h, i, p.index);
+          if (w > 0) painter.rect(box[0], box[1], box[2], box[3], { fill: colour, alpha: Math.round(w * 70) / 100, cls: "hv-shade" });
+        }
+        if (p && p.side === side && p.index === i) {
+          painter.rect(box[0] + 1, box[1] + 1, box[2] - 2, box[3] - 2, { stroke: c.accent, width: 2, cls: "hv-token-outline" });
+        }
+        const kept = !!this.s.pin && this.s.pin.side === side && this.s.pin.index === i;
+        const label = shown(side === "q" ? d.queries[i] : d.keys[i]);
+        painter.text(at.x, at.y, label, {
+          fill: c.fg, size: side === "k" ? m.kSize : m.size, bold: kept, family: m.family,
+          anchor: at.anchor, vertical: at.vertical, cls: `hv-token hv-token-${side}`,
+        });
+      };
+      d.queries.forEach((_, i) => token("q", i,
+        [m.pad, m.plotY + L.qTop[i], m.qW, L.qBottom[i] - L.qTop[i]],
+        { x: m.plotX - m.tpad, y: m.plotY + L.qY[i], anchor: "end" }));
+      d.keys.forEach((_, j) => token("k", j, matrix
+        ? [m.plotX + j * L.cellW, m.plotY - m.kW, L.cellW, m.kW]
+        : [m.plotX + L.width, m.plotY + L.kTop[j], m.kW, L.kBottom[j] - L.kTop[j]],
+      matrix
+        ? { x: m.plotX + (j + 0.5) * L.cellW, y: m.plotY - m.tpad, vertical: true }
+        : { x: m.plotX + L.width + m.tpad, y: m.plotY + L.kY[j] }));
+      const plot = shifted(painter, m.plotX, m.plotY);
+      const stats = makeStats();
+      if (matrix) {
+        this.drawCells(plot, stats);
+        this.drawOutlines(plot, p, stats);
+      } else {
+        this.drawLines(plot, p, stats);
+      }
+      return stats;
+    }
+
+    /** What the view shows now, as an SVG document (text). */
+    toSvg() {
+      const m = this.exportLayout();
+      const out = [];
+      const stats = this.paintExport(svgPainter(out, colourSpeller(), m.family), m);
+      const label = [m.title, m.caption].filter(Boolean).join(": ");
+      return '<?xml version="1.0" encoding="UTF-8"?>\n' +
+        `<svg xmlns="${SVG_NS}" width="${m.width}" height="${m.height}" ` +
+        `viewBox="0 0 ${m.width} ${m.height}" font-family="${xml(m.family)}" xml:space="preserve" ` +
+        `data-state="${xml(this.stateText(this.pointed()))}" data-drawn="${stats.text()}" ` +
+        `data-plot="${m.plotX} ${m.plotY} ${this.layout.width} ${this.layout.height}">\n` +
+        `<title>${xml(label || "attention head view")}</title>\n${out.join("\n")}\n</svg>\n`;
+    }
+
+    /** What the view shows now, as a canvas: the picture of toSvg at the device's pixel
+     *  ratio (less where a side would pass MAX_CANVAS_PX). */
+    toCanvas() {
+      const m = this.exportLayout();
+      const scale = Math.min(window.devicePixelRatio || 1, MAX_CANVAS_PX / Math.max(m.width, m.height));
+      const canvas = document.createElement("canvas");
+      canvas.width = Math.max(1, Math.round(m.width * scale));
+      canvas.height = Math.max(1, Math.round(m.height * scale));
+      const ctx = canvas.getContext("2d");
+      ctx.setTransform(scale, 0, 0, scale, 0, 0);
+      this.paintExport(canvasPainter(ctx), m);
+      return canvas;
+    }
+
+    download(format) {
+      const name = this.exportName();
+      if (format === "svg") {
+        save(new Blob([this.toSvg()], { type: "image/svg+xml" }), `${name}.svg`);
+      } else {
+        this.toCanvas().toBlob(blob => { if (blob) save(blob, `${name}.png`); }, "image/png");
       }
     }
 
@@ -591,7 +780,140 @@
         this.alpha += other.alpha;
         this.where += other.where;
       },
+      text() {
+        return `${this.count} ${this.alpha.toFixed(3)} ${this.where.toFixed(3)}`;
+      },
     };
+  }
+
+  // -- painters: one drawing, on a canvas or as SVG ----------------------------------------
+  //
+  // The view draws through a painter with three calls, in CSS pixels:
+  //   line(x0, y0, x1, y1, {stroke, alpha, width, cls})
+  //   rect(x, y, w, h, {fill, alpha, stroke, width, cls})   (a fill, an outline, or both)
+  //   text(x, y, s, {fill, size, bold, anchor: "start"|"end", vertical, cls})
+  // (y of a text: the middle of its line; vertical: rotated to read upwards from (x, y)).
+  // canvasPainter draws on a 2D context, svgPainter writes SVG elements, so the canvas, the
+  // PNG and the SVG are the same drawing from the same numbers.
+
+  function canvasPainter(ctx) {
+    return {
+      line(x0, y0, x1, y1, o) {
+        ctx.globalAlpha = o.alpha === undefined ? 1 : o.alpha;
+        ctx.strokeStyle = o.stroke;
+        ctx.lineWidth = o.width;
+        ctx.beginPath();
+        ctx.moveTo(x0, y0);
+        ctx.lineTo(x1, y1);
+        ctx.stroke();
+      },
+      rect(x, y, w, h, o) {
+        if (o.fill) {
+          ctx.globalAlpha = o.alpha === undefined ? 1 : o.alpha;
+          ctx.fillStyle = o.fill;
+          ctx.fillRect(x, y, w, h);
+        }
+        if (o.stroke) {
+          ctx.globalAlpha = 1;
+          ctx.strokeStyle = o.stroke;
+          ctx.lineWidth = o.width;
+          ctx.strokeRect(x, y, w, h);
+        }
+      },
+      text(x, y, s, o) {
+        ctx.globalAlpha = 1;
+        ctx.fillStyle = o.fill;
+        ctx.font = `${o.bold ? "700 " : ""}${o.size}px ${o.family}`;
+        ctx.textAlign = o.anchor === "end" ? "right" : "left";
+        ctx.textBaseline = "alphabetic";
+        ctx.save();
+        ctx.translate(x, y);
+        if (o.vertical) ctx.rotate(-Math.PI / 2);
+        ctx.fillText(s, 0, 0.35 * o.size);
+        ctx.restore();
+      },
+    };
+  }
+
+  /** Numbers in SVG: at most 2 decimals, no trailing zeros. */
+  function num(x) {
+    return String(Math.round(x * 100) / 100);
+  }
+
+  /** Text for XML: escaped, and without the characters XML 1.0 does not allow. */
+  function xml(text) {
+    return String(text)
+      .replace(/[\u0000-\u0008\u000b\u000c\u000e-\u001f\ufffe\uffff]/g, "\ufffd")
+      .replace(/[\ud800-\udbff][\udc00-\udfff]|[\ud800-\udfff]/g, c => (c.length === 2 ? c : "\ufffd"))
+      .replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;")
+      .replace(/"/g, "&quot;").replace(/'/g, "&apos;");
+  }
+
+  /** A painter that collects SVG elements in `out` (an array of strings); texts in `family`
+   *  leave it to the <svg> element's font-family. */
+  function svgPainter(out, colour, family) {
+    const opacity = (name, a) => (a === undefined || a >= 1 ? "" : ` ${name}="${+Math.max(0, a).toFixed(3)}"`);
+    return {
+      line(x0, y0, x1, y1, o) {
+        out.push(`<line class="${o.cls}" x1="${num(x0)}" y1="${num(y0)}" x2="${num(x1)}" y2="${num(y1)}" ` +
+          `stroke="${colour(o.stroke)}" stroke-width="${num(o.width)}"${opacity("stroke-opacity", o.alpha)}/>`);
+      },
+      rect(x, y, w, h, o) {
+        const fill = o.fill ? `fill="${colour(o.fill)}"${opacity("fill-opacity", o.alpha)}` : `fill="none"`;
+        const stroke = o.stroke ? ` stroke="${colour(o.stroke)}" stroke-width="${num(o.width)}"` : "";
+        out.push(`<rect class="${o.cls}" x="${num(x)}" y="${num(y)}" width="${num(w)}" height="${num(h)}" ${fill}${stroke}/>`);
+      },
+      text(x, y, s, o) {
+        const turn = o.vertical ? ` transform="rotate(-90 ${num(x)} ${num(y)})"` : "";
+        const anchor = o.anchor === "end" ? ` text-anchor="end"` : "";
+        const bold = o.bold ? ` font-weight="700"` : "";
+        const font = o.family && o.family !== family ? ` font-family="${xml(o.family)}"` : "";
+        out.push(`<text class="${o.cls}" x="${num(x)}" y="${num(y)}" dy="0.35em" font-size="${num(o.size)}"` +
+          `${font}${bold}${anchor}${turn} fill="${colour(o.fill)}">${xml(s)}</text>`);
+      },
+    };
+  }
+
+  /** A colour as a canvas writes it (#rrggbb, or rgba(…) when translucent): one spelling every
+   *  SVG reader knows, whatever CSS syntax the theme used. */
+  function colourSpeller() {
+    const ctx = document.createElement("canvas").getContext("2d");
+    const known = new Map();
+    return c => {
+      if (!known.has(c)) {
+        ctx.fillStyle = "#000000";
+        ctx.fillStyle = c;
+        known.set(c, ctx.fillStyle);
+      }
+      return known.get(c);
+    };
+  }
+
+  /** `painter`, moved right by dx and down by dy. */
+  function shifted(painter, dx, dy) {
+    return {
+      line: (x0, y0, x1, y1, o) => painter.line(x0 + dx, y0 + dy, x1 + dx, y1 + dy, o),
+      rect: (x, y, w, h, o) => painter.rect(x + dx, y + dy, w, h, o),
+      text: (x, y, t, o) => painter.text(x + dx, y + dy, t, o),
+    };
+  }
+
+  /** A file name part: lower case letters, digits and dashes. */
+  function slug(text) {
+    return String(text).toLowerCase().replace(/[^a-z0-9]+/g, "-").replace(/^-+|-+$/g, "") || "view";
+  }
+
+  /** Hands `blob` to the browser as a download named `name`. */
+  function save(blob, name) {
+    const url = URL.createObjectURL(blob);
+    const a = document.createElement("a");
+    a.href = url;
+    a.download = name;
+    a.style.display = "none";
+    document.body.appendChild(a);
+    a.click();
+    a.remove();
+    setTimeout(() => URL.revokeObjectURL(url), 30000);
   }
 
   /** The layer and head a view opens on: the data's `start` if it names ones the view has

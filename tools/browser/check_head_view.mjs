@@ -26,14 +26,26 @@
 //     can be scrolled to and pointed at, matrix mode draws all 128 × 128 cells;
 //   - the readout sits below the drawing, and with all heads shown it says it prints their mean;
 //   - two views on one page do not interfere: acting on one changes nothing in the other;
-//   - themes: a dark mdBook theme class (coal) and a dark system setting recolour the view.
+//   - themes: a dark mdBook theme class (coal) and a dark system setting recolour the view;
+//   - export: the SVG and PNG buttons are labelled buttons that work by mouse and by keyboard
+//     (Playwright's download events); the SVG parses as SVG, has no raster image in it, has
+//     every token as <text> with its label, as many lines (lines mode) or cells and outlines
+//     (matrix mode) as the view drew, and the view's data-state and data-drawn; the PNG is a PNG
+//     that decodes, is the SVG's picture at the device pixel ratio (so larger than the canvas:
+//     it has the tokens too), is not blank and has the drawing where the SVG has it; another
+//     head (or another kept token) gives another SVG; the files are named after the view, the
+//     layer, the head and the mode (chapter 13 at opening: ch13-layer0-head2.svg), and are kept
+//     in the --out directory to look at; print hides the buttons.
 // If the book is built (target/book/html/ch13-real-model.html), chapter 13's view is checked
 // too, in the light theme and in coal (it must open on head 0.2, one line per token); otherwise
 // that part is skipped with a message.
 //
 // Options: --debug (use target/debug), --no-build (use the tools as built), --book DIR
 // (default target/book/html), --chromium PATH (default $CHROMIUM or /usr/bin/chromium),
-// --out DIR (screenshots; default target/browser-check).
+// --out DIR (screenshots and exports; default target/browser-check), --current-viewer (the
+// pages the tools write inline head-view.js and .css as they were when the tools were built:
+// if those differ from book/theme/ now, the check fails, unless this option puts the current
+// ones in their place; for --no-build with tools built before a change to the viewer).
 
 import { execFileSync } from "node:child_process";
 import { copyFileSync, existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from "node:fs";
@@ -139,7 +151,32 @@ function makePages(work) {
 <script src="two.js"></script>
 </body></html>
 `);
+  for (const page of [long, small]) currentViewer(page);
   return { long, small, site };
+}
+
+/** A page of the tools inlines the viewer and its style as they were when the tools were built;
+ * with --no-build those may be older than book/theme/head-view.js and .css. That is an error
+ * (the check would test an old viewer), unless --current-viewer asks to put the current ones
+ * into the page in their place (the page's data, written by the tools, stays as it is). */
+function currentViewer(page) {
+  let html = readFileSync(page, "utf8");
+  const script = readFileSync(join(repo, "book/theme/head-view.js"), "utf8");
+  const style = readFileSync(join(repo, "book/theme/head-view.css"), "utf8");
+  // The page ends with <script>\n{viewer}</script>, and its second <style> is the viewer's.
+  const scriptAt = html.lastIndexOf("<script>\n") + "<script>\n".length;
+  const scriptEnd = html.lastIndexOf("</script>");
+  const styleAt = html.indexOf("<style>\n", html.indexOf("</style>")) + "<style>\n".length;
+  const styleEnd = html.indexOf("</style>", styleAt);
+  if (html.slice(scriptAt, scriptEnd) === script && html.slice(styleAt, styleEnd) === style) return;
+  if (!flag("--current-viewer")) {
+    throw new Error(`${page}: its viewer is not book/theme/head-view.js and .css as they are now ` +
+      "(the tools were built before a change to them): build them (without --no-build), or pass " +
+      "--current-viewer to check the current viewer on the pages they write");
+  }
+  console.log(`${page}: the tools' viewer is older than book/theme/head-view.js/.css; put the current one in (--current-viewer)`);
+  html = html.slice(0, styleAt) + style + html.slice(styleEnd, scriptAt) + script + html.slice(scriptEnd);
+  writeFileSync(page, html);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -299,17 +336,176 @@ async function exercise(c, page, view, { tokens, layers, twin }) {
   }
 }
 
+// ---------------------------------------------------------------------------------------------
+// Export: the SVG and PNG buttons.
+
+/** Presses the view's `format` button ("svg" or "png"), by mouse or (`keyboard`) by Tab focus
+ * and Enter, and returns the download: its suggested name and its bytes. */
+async function download(page, view, format, keyboard) {
+  const button = view.locator(`button.hv-export-${format}`);
+  const event = page.waitForEvent("download", { timeout: 10000 });
+  if (keyboard) {
+    await button.focus();
+    await page.keyboard.press("Enter");
+  } else {
+    await button.click();
+  }
+  const file = await event;
+  return { name: file.suggestedFilename(), bytes: readFileSync(await file.path()) };
+}
+
+/** An SVG export, read back by the browser's XML parser: whether it parsed, its size, its
+ * token texts, how many lines, cells and outlines it has, and what it says it shows. */
+async function readSvg(page, bytes) {
+  return page.evaluate(text => {
+    const doc = new DOMParser().parseFromString(text, "image/svg+xml");
+    const root = doc.documentElement;
+    const all = sel => Array.from(doc.querySelectorAll(sel));
+    return {
+      parsed: doc.getElementsByTagName("parsererror").length === 0 && root.localName === "svg" &&
+        root.namespaceURI === "http://www.w3.org/2000/svg",
+      width: Number(root.getAttribute("width")), height: Number(root.getAttribute("height")),
+      queries: all("text.hv-token-q").map(t => t.textContent),
+      keys: all("text.hv-token-k").map(t => t.textContent),
+      lines: all("line.hv-line").length,
+      cells: all("rect.hv-cell").length,
+      outlines: all("rect.hv-outline").length,
+      raster: all("image, foreignObject").length,
+      state: root.getAttribute("data-state"),
+      drawn: root.getAttribute("data-drawn"),
+      plot: (root.getAttribute("data-plot") || "").split(" ").map(Number),
+    };
+  }, bytes.toString("utf8"));
+}
+
+/** A PNG export: its size from its header (read here), and from the browser's decoder how many
+ * of its pixels differ from its top-left corner (the background), in all and within `plot`
+ * (x, y, width, height in the image's pixels: where the drawing is). */
+async function readPng(page, bytes, plot) {
+  const signature = bytes.subarray(0, 8).equals(Buffer.from([0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a]));
+  const header = { width: bytes.readUInt32BE(16), height: bytes.readUInt32BE(20) };
+  const decoded = await page.evaluate(async ([b64, plot]) => {
+    const img = new Image();
+    img.src = `data:image/png;base64,${b64}`;
+    try { await img.decode(); } catch { return null; }
+    const canvas = document.createElement("canvas");
+    canvas.width = img.naturalWidth;
+    canvas.height = img.naturalHeight;
+    const ctx = canvas.getContext("2d");
+    ctx.drawImage(img, 0, 0);
+    const px = ctx.getImageData(0, 0, canvas.width, canvas.height).data;
+    let marked = 0, inPlot = 0;
+    const [x0, y0, w, h] = plot.map(Math.round);
+    for (let n = 0; n < px.length; n += 4) {
+      if (Math.abs(px[n] - px[0]) + Math.abs(px[n + 1] - px[1]) + Math.abs(px[n + 2] - px[2]) <= 30) continue;
+      marked++;
+      const x = (n / 4) % canvas.width, y = Math.floor(n / 4 / canvas.width);
+      if (x >= x0 && x < x0 + w && y >= y0 && y < y0 + h) inPlot++;
+    }
+    return { width: img.naturalWidth, height: img.naturalHeight, marked, inPlot, total: px.length / 4 };
+  }, [bytes.toString("base64"), plot]);
+  return { signature, header, decoded };
+}
+
+/** The SVG and PNG buttons: they are buttons, work by mouse and keyboard, and download what the
+ * view draws now: an SVG whose tokens are text and whose lines or cells are the ones drawn (as
+ * many, and the same data-drawn sums), and a PNG of the same picture; another head, another SVG.
+ * `name`: the file name expected at the view's current state, if known. */
+async function checkExport(c, page, view, { name, tag } = {}) {
+  const buttons = await view.locator("button.hv-export-button").evaluateAll(bs => bs.map(b => [b.textContent, b.getAttribute("aria-label")]));
+  c.ok(buttons.length === 2 && buttons.every(([t, l]) => l.includes(t)) && buttons.map(b => b[0]).join() === "SVG,PNG",
+    `two export buttons, SVG and PNG, labelled with what they download: ${JSON.stringify(buttons)}`);
+  const id = await view.getAttribute("data-head-view");
+  const tokens = await view.locator(".hv-queries .hv-token").evaluateAll(items => items.map(i => i.textContent));
+  const keyTokens = await view.locator(".hv-keys .hv-token").evaluateAll(items => items.map(i => i.textContent));
+
+  /** Exports the SVG and checks it against what the view shows now; returns it. */
+  const svgNow = async (what, keyboard) => {
+    const file = await download(page, view, "svg", keyboard);
+    const shown = await snapshot(view);
+    const svg = await readSvg(page, file.bytes);
+    const count = Number(shown.drawn.split(" ")[0]);
+    const matrix = /mode=matrix/.test(shown.state);
+    c.ok(new RegExp(`^${id}(-[a-z0-9-]+)?\\.svg$`).test(file.name), `${what}: the SVG is named after the view (${file.name})`);
+    c.ok(svg.parsed, `${what}: the SVG parses as SVG`);
+    c.ok(svg.raster === 0, `${what}: the SVG is drawn in vectors (${svg.raster} image or foreignObject elements)`);
+    c.ok(JSON.stringify(svg.queries) === JSON.stringify(tokens) && JSON.stringify(svg.keys) === JSON.stringify(keyTokens),
+      `${what}: the SVG has the ${tokens.length} + ${keyTokens.length} tokens as text (${svg.queries.length} + ${svg.keys.length}: ` +
+      `${JSON.stringify(svg.queries.slice(0, 5))})`);
+    const marks = matrix ? svg.cells + svg.outlines : svg.lines;
+    c.ok(count > 0 && marks === count && (matrix ? svg.lines === 0 : svg.cells === 0),
+      `${what}: the SVG has the ${count} ${matrix ? "cells and outlines" : "lines"} drawn (lines ${svg.lines}, cells ${svg.cells}, outlines ${svg.outlines})`);
+    c.ok(svg.state === shown.state && svg.drawn === shown.drawn,
+      `${what}: the SVG shows what the view shows (state ${svg.state} / ${shown.state}, drawn ${svg.drawn} / ${shown.drawn})`);
+    return { ...file, svg, shown };
+  };
+
+  // With a token kept (it stays shown when the mouse goes to the buttons).
+  await view.locator(".hv-queries .hv-token").nth(Math.min(3, tokens.length - 1)).click();
+  const first = await svgNow("a kept query", false);
+  const keep = file => writeFileSync(join(outDir, `export-${tag ? `${tag}-` : ""}${file.name}`), file.bytes); // to look at
+  keep(first);
+  if (name) c.ok(first.name === `${name}.svg`, `the SVG's name says what it shows: ${first.name}, expected ${name}.svg`);
+  const png = await download(page, view, "png", false);
+  keep(png);
+  const ratio = await page.evaluate(() => window.devicePixelRatio || 1);
+  const read = await readPng(page, png.bytes, first.svg.plot.map(v => v * ratio));
+  const size = [Math.round(first.svg.width * ratio), Math.round(first.svg.height * ratio)];
+  const canvas = await view.locator("canvas").evaluate(cv => [cv.width, cv.height]);
+  c.ok(png.name === first.name.replace(/\.svg$/, ".png"), `the PNG is named as the SVG: ${png.name}`);
+  c.ok(read.signature && read.decoded !== null, "the PNG is a PNG, and decodes");
+  c.ok(read.header.width === size[0] && read.header.height === size[1] && read.decoded?.width === size[0] && read.decoded?.height === size[1],
+    `the PNG is the SVG's picture at ${ratio} pixel(s) per CSS pixel: ${read.header.width}×${read.header.height}, expected ${size.join("×")}`);
+  c.ok(read.header.width >= canvas[0] && read.header.height >= canvas[1],
+    `the PNG holds the canvas (${canvas.join("×")}) and the tokens around it (${read.header.width}×${read.header.height})`);
+  const share = read.decoded ? read.decoded.marked / read.decoded.total : 0;
+  c.ok(share > 0.01, `the PNG is not blank: ${(100 * share).toFixed(1)}% of its pixels are not background`);
+  c.ok(first.svg.plot.length === 4 && read.decoded?.inPlot > 0,
+    `the PNG has the drawing where the SVG has it (${first.svg.plot.join(" ")}): ${read.decoded?.inPlot} pixels drawn there`);
+
+  // By keyboard, and another head or another token gives another SVG.
+  const headSelect = view.locator("select.hv-head");
+  let second;
+  if (await headSelect.count()) {
+    const head = /head=1 /.test(first.shown.state) ? "0" : "1";
+    await headSelect.selectOption(head);
+    second = await svgNow(`head ${head}, by keyboard`, true);
+    c.ok(new RegExp(`head${head}(-|\\.)`).test(second.name), `the SVG's name follows the head: ${second.name}`);
+  } else {
+    await view.locator(".hv-queries .hv-token").nth(0).click();
+    second = await svgNow("another kept query, by keyboard", true);
+  }
+  c.ok(!second.bytes.equals(first.bytes) && second.svg.drawn !== first.svg.drawn,
+    `another ${await headSelect.count() ? "head" : "query"}, another SVG (drawn ${first.svg.drawn} → ${second.svg.drawn})`);
+
+  // Matrix mode: the cells and the row outline.
+  await view.locator("button.hv-mode", { hasText: "matrix" }).click();
+  const matrix = await svgNow("matrix mode", false);
+  keep(matrix);
+  c.ok(/-matrix\.svg$/.test(matrix.name) && matrix.svg.cells > 0 && matrix.svg.outlines === 1,
+    `matrix mode exports its cells and the kept row's outline (${matrix.name}: ${matrix.svg.cells} cells, ${matrix.svg.outlines} outline)`);
+  await view.locator("button.hv-mode", { hasText: "lines" }).click();
+  // Back as it was: the first head, nothing kept, focused or pointed at.
+  if (await headSelect.count()) await headSelect.selectOption(/head=(\w+)/.exec(first.shown.state)[1].replace("all", "-1"));
+  const kept = /pin=q(\d+)/.exec((await snapshot(view)).state);
+  if (kept) await view.locator(".hv-queries .hv-token").nth(Number(kept[1])).click();
+  await page.evaluate(() => document.activeElement?.blur());
+  await page.mouse.move(0, 0);
+}
+
 /** The static picture: hidden once the view is drawn, back in print, the view hidden there. */
 async function checkFallback(c, page, view) {
   const shown = () => view.evaluate(host => ({
     img: getComputedStyle(host.querySelector("img")).display,
     root: getComputedStyle(host.querySelector(".hv-root")).display,
+    export: getComputedStyle(host.querySelector(".hv-export")).display,
   }));
   const screen = await shown();
   c.ok(screen.img === "none" && screen.root !== "none", `on screen the picture is hidden: ${JSON.stringify(screen)}`);
   await page.emulateMedia({ media: "print" });
   const print = await shown();
-  c.ok(print.img !== "none" && print.root === "none", `in print the picture is back: ${JSON.stringify(print)}`);
+  c.ok(print.img !== "none" && print.root === "none" && print.export === "none",
+    `in print the picture is back, the view and its export buttons hidden: ${JSON.stringify(print)}`);
   await page.emulateMedia({ media: "screen" });
 }
 
@@ -375,6 +571,7 @@ async function main() {
     await checkLabels(c, page, view, 2);
     await checkLong(c, page, view);
     await exercise(c, page, view, { tokens: 128, layers: 2 });
+    await checkExport(c, page, view);
     await page.screenshot({ path: join(outDir, "head-view-long.png") });
     const textColour = () => view.evaluate(h => getComputedStyle(h.querySelector(".hv-root")).color);
     const light = await textColour();
@@ -401,6 +598,7 @@ async function main() {
     c.ok(await page.locator(".head-view.hv-rendered").count() === 1, "the view is drawn");
     c.ok(await view.locator("select").count() === 0, "one matrix: no layer or head picker");
     await exercise(c, page, view, { tokens: 8, layers: 1 });
+    await checkExport(c, page, view, { name: "view" });
     await view.locator(".hv-queries .hv-token").nth(5).hover();
     await page.screenshot({ path: join(outDir, "head-view-small.png") });
     c.ok(errors.length === 0, `console errors: ${errors.join(" | ")}`);
@@ -421,6 +619,9 @@ async function main() {
     await checkFallback(c, page, one);
     await exercise(c, page, one, { tokens: 128, layers: 2, twin: two });
     await exercise(c, page, two, { tokens: 8, layers: 1, twin: one });
+    const oneBefore = await snapshot(one);
+    await checkExport(c, page, two, { name: "two" });
+    c.ok(JSON.stringify(await snapshot(one)) === JSON.stringify(oneBefore), "exporting one view changes nothing in the other");
     await checkThemeSwitch(c, page, two,
       () => page.evaluate(() => { document.documentElement.className = "coal"; }),
       () => page.evaluate(() => { document.documentElement.className = ""; }),
@@ -463,6 +664,9 @@ async function main() {
         c.ok(Number(opening.drawn.split(" ")[0]) <= 2 * opening.tokens,
           `and draws few lines at rest (${opening.drawn.split(" ")[0]})`);
         if (await view.locator("img").count()) await checkFallback(c, page, view);
+        await checkExport(c, page, view, { name: "ch13-layer0-head2", tag: theme });
+        const back = await snapshot(view);
+        c.ok(back.state === opening.state && back.pixels === opening.pixels, `after the exports the view is as it opened: ${back.state}`);
         const tokens = await view.locator(".hv-queries .hv-token").count();
         const layers = await view.locator("select.hv-layer option").count();
         await exercise(c, page, view, { tokens, layers: Math.max(1, layers) });
@@ -498,7 +702,8 @@ async function main() {
     process.exit(1);
   }
   console.log("head view check passed: drawn, pointed at by mouse and keyboard, labels as text, " +
-    "two views independent, long inputs usable, themes followed, no console error, nothing off the machine");
+    "two views independent, long inputs usable, themes followed, SVG and PNG exports as drawn, no console error, " +
+    "nothing off the machine");
 }
 
 main().catch(e => {
