@@ -35,6 +35,7 @@ pub fn check_book(root: &Path, html_dir: &Path) -> Result<()> {
     problems.extend(check_html(html_dir)?);
     problems.extend(check_quizzes(&root.join("book"), html_dir)?);
     problems.extend(crate::reading::check_reading_line(html_dir)?);
+    problems.extend(crate::search::check(html_dir)?);
     if !problems.is_empty() {
         let list: Vec<String> = problems.iter().map(|p| format!("  - {p}")).collect();
         return Err(format!("book integrity check found {} problem(s):\n{}", problems.len(), list.join("\n")).into());

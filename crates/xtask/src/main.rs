@@ -14,6 +14,7 @@ mod deps;
 mod integrity;
 mod reading;
 mod run;
+mod search;
 mod tools;
 
 use std::path::{Path, PathBuf};
@@ -114,13 +115,17 @@ fn test(root: &Path) -> Result<()> {
     Ok(())
 }
 
-/// `mdbook build`, failing on any warning but [`katex_version_warning`].
+/// `mdbook build`, failing on any warning but [`katex_version_warning`], then the search index
+/// rebuilt smaller ([`search::shrink`]).
 fn build_book(root: &Path, bin: &Path) -> Result<()> {
     Cmd::new(bin.join("mdbook"))
         .arg("build")
         .tools(bin)
         .cwd(root)
-        .run_without_warnings(katex_version_warning)
+        .run_without_warnings(katex_version_warning)?;
+    let (before, after) = search::shrink(&root.join("target/book/html"))?;
+    println!("search index rebuilt: {:.2} MB -> {:.2} MB (crates/xtask/src/search.rs)", before as f64 / 1e6, after as f64 / 1e6);
+    Ok(())
 }
 
 /// The warning mdbook-katex 0.10.0 logs every time mdBook runs it (for `mdbook build`,
