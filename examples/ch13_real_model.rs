@@ -7,6 +7,7 @@
 //! ```text
 //! cargo run --release --example ch13_real_model [-- --out-dir DIR] [--help]
 //! cargo run --release --example ch13_real_model -- "your sentence" [--out FILE.png] [--view FILE.html]
+//!     [--weights-out FILE.npy]
 //! cargo run --release --example ch13_real_model -- --compare "a sentence" "another sentence"
 //! cargo run --release --example ch13_real_model -- --time ["a sentence"]
 //! ... [--model DIR]   (any BERT-layout directory: config.json, model.safetensors, tokenizer.json)
@@ -16,9 +17,18 @@
 //! `ch13_output.txt`) and draws `ch13_heads.png`, `ch13_entropy.png`, `ch13_similarity.png`
 //! and `ch13_ablation.png`, and writes `ch13_head_view.js`, the data of the chapter's
 //! interactive head view.
+//!
+//! With a sentence of your own, every output name is checked before the model is loaded (its
+//! extension, its folder, no two the same file), and the outputs are written together or
+//! not at all, as the reader tools write theirs (`reader_tools::outputs`). Without `--out`
+//! the grid goes to `target/ch13/ch13_your_sentence.png` of this repository, never into its
+//! root.
 
 #[allow(dead_code)] // `run_chapter`: this example parses more options, with `common::parse`
 mod common;
+#[allow(dead_code)] // the tools' module has more than this example uses
+#[path = "reader_tools/mod.rs"]
+pub mod reader_tools;
 use common::stdout;
 
 use std::error::Error;
@@ -30,7 +40,9 @@ use std::time::Instant;
 use attention::inspect::Pattern;
 use attention::pooling::cosine_similarity;
 use figures::{Heatmap, HeatmapGrid, HeadView, Panel, ValueRange};
-use ndarray::Array2;
+use ndarray::{Array2, Array4, Axis};
+use reader_tools::outputs::{Named, Outputs, check_distinct};
+use reader_tools::{Failure, html_path, png_path};
 use pretrained::study::{self, Run};
 use pretrained::{SentenceEncoder, Tokens};
 
@@ -435,8 +447,10 @@ const ABOUT: &str = "\
     With no sentence: prints the numbers the chapter quotes (the same text goes to \
     ch13_output.txt) and draws ch13_heads.png, ch13_entropy.png, ch13_similarity.png, \
     ch13_ablation.png and ch13_head_view.js into book/img/ (or --out-dir).\n\
-    With a sentence: prints its tokens and draws the grid of its 72 heads (--out), and with \
-    --view an interactive page of them.";
+    With a sentence: prints its tokens and draws the grid of its 72 heads (--out, by default \
+    target/ch13/ch13_your_sentence.png in the repository), with --view an interactive page of \
+    them, and with --weights-out their weights as a .npy file. Every output name is checked \
+    before the model is loaded; the outputs are written together or not at all.";
 
 /// The command line (`pub` for `tests/ch13_cli.rs`, which runs [`main_with`] in-process).
 #[derive(clap::Parser, Debug)]
@@ -444,12 +458,16 @@ pub struct Cli {
     /// A sentence of your own: print its tokens and draw its heads (instead of the chapter's run)
     #[arg(value_name = "SENTENCE")]
     sentence: Option<String>,
-    /// Where the grid of your sentence's heads goes
-    #[arg(long, value_name = "FILE.png", default_value = "ch13_your_sentence.png", requires = "sentence")]
-    out: PathBuf,
+    /// Where the grid of your sentence's heads goes [default:
+    /// target/ch13/ch13_your_sentence.png in the repository]
+    #[arg(long, value_name = "FILE.png", value_parser = png_path, requires = "sentence")]
+    out: Option<PathBuf>,
     /// Also write an interactive head view of your sentence: one offline HTML file
-    #[arg(long, value_name = "FILE.html", requires = "sentence")]
+    #[arg(long, value_name = "FILE.html", value_parser = html_path, requires = "sentence")]
     view: Option<PathBuf>,
+    /// Also save your sentence's attention weights: float32, (layers, heads, L, L)
+    #[arg(long, value_name = "FILE.npy", value_parser = npy_path, requires = "sentence")]
+    weights_out: Option<PathBuf>,
     /// Print the cosine similarity of two sentences' embeddings
     #[arg(long, num_args = 2, value_names = ["A", "B"], conflicts_with_all = ["sentence", "time"])]
     compare: Option<Vec<String>>,
@@ -476,18 +494,114 @@ fn tokens_of(encoder: &SentenceEncoder, text: &str) -> Result<Tokens, Box<dyn Er
     Ok(tokens)
 }
 
+/// `--weights-out`'s value: a path ending in `.npy` (the weights are written as NumPy data).
+fn npy_path(text: &str) -> Result<PathBuf, String> {
+    let path = PathBuf::from(text);
+    match path.extension().and_then(|e| e.to_str()) {
+        Some(ext) if ext.eq_ignore_ascii_case("npy") => Ok(path),
+        _ => Err(format!(
+            "the weights are written as a NumPy array: give a file name ending in .npy, \
+             not {text:?}"
+        )),
+    }
+}
+
+/// Where the grid goes without `--out`: `target/ch13/` of this repository (ignored by git,
+/// like every build output), never the repository's root or the book's `book/img/`.
+pub fn default_out() -> PathBuf {
+    let repository = Path::new(env!("CARGO_MANIFEST_DIR"));
+    repository.join("target").join("ch13").join("ch13_your_sentence.png")
+}
+
+/// The outputs of a run on your own sentence, each with its option: `--out` (or its default),
+/// `--view`, `--weights-out`.
+fn your_outputs(cli: &Cli) -> Vec<(&'static str, PathBuf)> {
+    let mut outputs = vec![("--out", cli.out.clone().unwrap_or_else(default_out))];
+    outputs.extend(cli.view.clone().map(|p| ("--view", p)));
+    outputs.extend(cli.weights_out.clone().map(|p| ("--weights-out", p)));
+    outputs
+}
+
+/// Checks every output name before the model is loaded: its folder exists (the default's is
+/// created), it is not a folder itself, and no two name the same file. (The extensions were
+/// checked when the command line was parsed.)
+fn check_outputs(cli: &Cli) -> Result<(), Box<dyn Error>> {
+    let outputs = your_outputs(cli);
+    if cli.out.is_none() {
+        let dir = default_out().parent().map(Path::to_path_buf).unwrap_or_default();
+        std::fs::create_dir_all(&dir)
+            .map_err(|e| format!("cannot create the folder {}: {e}", dir.display()))?;
+    }
+    for (flag, path) in &outputs {
+        let folder = match path.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p,
+            _ => Path::new("."),
+        };
+        if !folder.is_dir() {
+            return Err(format!(
+                "{flag} {}: the folder {} does not exist; create it, or choose another path",
+                path.display(),
+                folder.display()
+            )
+            .into());
+        }
+        if path.is_dir() {
+            let message = format!("{flag} {}: is a folder; give a file name", path.display());
+            return Err(message.into());
+        }
+    }
+    let named: Vec<Named> = outputs.iter().map(|(flag, path)| Named { flag, path }).collect();
+    Ok(check_distinct(&[], &named)?)
+}
+
+/// A tool's failure as this example's error (its message without the `error: ` prefix, which
+/// `main` adds).
+fn failed(failure: Failure) -> Box<dyn Error> {
+    match failure {
+        Failure::Usage(e) => e.to_string().into(),
+        Failure::Data(message) | Failure::Interrupted { message, .. } => message.into(),
+    }
+}
+
+/// A run's attention weights as one array, `(layers, heads, L, L)`, the layout of
+/// `--weights-out`.
+pub fn stacked_weights(r: &Run) -> Result<Array4<f32>, Box<dyn Error>> {
+    let layers: Vec<_> = r.weights.iter().map(|w| w.view()).collect();
+    Ok(ndarray::stack(Axis(0), &layers)?)
+}
+
+/// A path as the summary shows it: relative to the working directory when inside it.
+fn shown(path: &Path) -> String {
+    let cwd = std::env::current_dir().unwrap_or_default();
+    path.strip_prefix(&cwd).unwrap_or(path).display().to_string()
+}
+
 fn yours(encoder: &SentenceEncoder, cli: &Cli, text: &str) -> Result<(), Box<dyn Error>> {
     tokens_of(encoder, text)?; // says so when the text is cut
     let r = study::run(encoder, text)?;
     stdout::line(format_args!("{} tokens: {}", r.tokens.ids.len(), r.tokens.tokens.join(" ")));
     stdout::line(format_args!("ids: {:?}", r.tokens.ids));
-    let grid = head_grid(&r, &format!("\"{}\": every head (layer.head)", shorten(text, 60))).save(&cli.out)?;
-    stdout::line(format_args!("wrote {}", grid.display()));
-    if let Some(path) = &cli.view {
-        // Head 0.2 is the committed model's previous-token head; another model opens on all heads.
-        let start = if cli.model.is_none() { Some(OPENING) } else { None };
-        head_view("yours", &r, text, start)?.write_html(path)?;
-        stdout::line(format_args!("wrote {}", path.display()));
+    let title = format!("\"{}\": every head (layer.head)", shorten(text, 60));
+    let png = head_grid(&r, &title).to_png()?;
+    let mut outputs = Outputs::new();
+    let paths = your_outputs(cli);
+    for (flag, path) in &paths {
+        match *flag {
+            "--out" => outputs.write_bytes(path, &png),
+            "--view" => {
+                // Head 0.2 is the committed model's previous-token head; another model
+                // opens on all heads.
+                let start = if cli.model.is_none() { Some(OPENING) } else { None };
+                let page = head_view("yours", &r, text, start)?.to_html()?;
+                outputs.write_bytes(path, page.as_bytes())
+            }
+            _ => outputs.write_npy(path, &stacked_weights(&r)?),
+        }
+        .map_err(failed)?;
+    }
+    outputs.commit().map_err(failed)?;
+    for (_, path) in &paths {
+        stdout::line(format_args!("wrote {}", shown(path)));
     }
     Ok(())
 }
@@ -529,6 +643,9 @@ fn time(encoder: &SentenceEncoder, text: &str) -> Result<(), Box<dyn Error>> {
 /// `--compare` or `--time`.
 pub fn main_with(cli: Cli) -> Result<(), Box<dyn Error>> {
     let dir = cli.model.clone().unwrap_or_else(pretrained::minilm_dir);
+    if cli.sentence.is_some() && cli.compare.is_none() && !cli.time {
+        check_outputs(&cli)?; // before the model is loaded
+    }
     if cli.model.is_none() && cli.sentence.is_none() && cli.compare.is_none() && !cli.time {
         return common::render_into(&cli.output.dir()?, render_figures);
     }

@@ -2665,3 +2665,87 @@ fn the_limits_are_those_appendix_c_quotes() {
         assert!(book.contains(quoted), "Appendix C should say {quoted:?}");
     }
 }
+
+/// How many pixels of a PNG are dark red (luminance under 150 of 255, red well above blue):
+/// the cells of high weight and the top of the colour bar, not the grey and black text.
+fn dark_pixels(png: &[u8]) -> usize {
+    let mut decoder = png::Decoder::new(png);
+    decoder.set_transformations(png::Transformations::EXPAND);
+    let mut reader = decoder.read_info().unwrap();
+    let mut buf = vec![0; reader.output_buffer_size()];
+    let info = reader.next_frame(&mut buf).unwrap();
+    let channels = match info.color_type {
+        png::ColorType::Rgb => 3,
+        png::ColorType::Rgba => 4,
+        other => panic!("unexpected colour type {other:?}"),
+    };
+    buf[..info.buffer_size()]
+        .chunks(channels)
+        .filter(|p| {
+            let luminance = 0.299 * f64::from(p[0]) + 0.587 * f64::from(p[1]);
+            luminance + 0.114 * f64::from(p[2]) < 150.0 && p[0] > p[2].saturating_add(60)
+        })
+        .count()
+}
+
+/// A 600-key row averages 1/600, pale on the fixed 0-1 scale; `--png-scale row` scales each
+/// row to its own maximum, so the same weights come out dark. The colour bar's label and the
+/// summary name the scale; the default is the fixed scale, byte for byte.
+#[test]
+fn png_scale_row_shows_the_small_weights_of_a_long_row() {
+    let dir = tempfile::tempdir().unwrap();
+    let (l_q, l_k, d) = (3, 600, 4);
+    // Small, varied scores: every weight is near 1/600 (between about 1/660 and 1/540).
+    let wave = |n: usize, phase: f32| {
+        ArrayD::from_shape_fn(IxDyn(&[n, d]), |i| 0.1 * ((i[0] * d + i[1]) as f32 + phase).sin())
+    };
+    for (name, array) in [("q", wave(l_q, 0.0)), ("k", wave(l_k, 1.0)), ("v", wave(l_k, 2.0))] {
+        write_npy(dir.path().join(format!("{name}.npy")), &array).unwrap();
+    }
+    let run = |png: &str, scale: Option<&str>| {
+        let mut list = Vec::new();
+        for name in ["q", "k", "v"] {
+            list.extend([format!("--{name}"), out_path(&dir, &format!("{name}.npy"))]);
+        }
+        list.extend(args(&["--out", &out_path(&dir, "o.npy"), "--weights"]));
+        list.extend([out_path(&dir, "w.npy"), "--png".into(), out_path(&dir, png)]);
+        if let Some(scale) = scale {
+            list.extend(args(&["--png-scale", scale]));
+        }
+        let summary = ok(attend_run(&list));
+        (summary, std::fs::read(dir.path().join(png)).unwrap())
+    };
+    let (default_summary, default) = run("default.png", None);
+    let (_, fixed) = run("fixed.png", Some("fixed"));
+    let (row_summary, row) = run("row.png", Some("row"));
+    assert_eq!(default, fixed, "fixed is the default");
+    let w: ArrayD<f32> = read_npy(dir.path().join("w.npy")).unwrap();
+    let largest = w.iter().copied().fold(0.0, f32::max);
+    assert!(largest < 1.2 / 600.0, "the weights are near 1/600: largest {largest}");
+    let (pale, dark) = (dark_pixels(&fixed), dark_pixels(&row));
+    // The cells: 3 rows of 600, at least 2 × 2 pixels each, nearly all dark on the row scale
+    // (the fixed scale's dark red is the colour bar's top alone).
+    let cells = 3 * 600 * 4;
+    assert!(dark >= pale + cells * 9 / 10, "row scale: {dark} dark pixels, fixed: {pale}");
+    assert!(row_summary.contains("each row scaled to its maximum"), "{row_summary}");
+    assert!(!default_summary.contains("scaled"), "{default_summary}");
+    assert_eq!(reader_tools::PngScale::Row.colorbar_label(), "weight / row max");
+    assert_eq!(reader_tools::PngScale::Fixed.colorbar_label(), "attention weight");
+    // Without --png there is nothing to scale.
+    let list = args(&["--q", "q.npy", "--k", "k.npy", "--v", "v.npy", "--out", "o.npy"]);
+    let with_scale = [list, args(&["--png-scale", "row"])].concat();
+    assert!(matches!(attend_run(&with_scale), Err(Failure::Usage(_))));
+}
+
+/// `multihead --png-scale row` draws every head's panel with its rows scaled.
+#[test]
+fn multihead_png_scale_row() {
+    let dir = tempfile::tempdir().unwrap();
+    let png = out_path(&dir, "heads.png");
+    let mut list = x_and_weights("f64_d12_h3_L6_causal");
+    list.extend(args(&["--heads", "3", "--out", &out_path(&dir, "o.npy"), "--png", &png]));
+    list.extend(args(&["--png-scale", "row"]));
+    let summary = ok(multihead_run(&list));
+    assert!(summary.contains("each row scaled to its maximum"), "{summary}");
+    assert!(std::fs::read(&png).unwrap().starts_with(b"\x89PNG"));
+}

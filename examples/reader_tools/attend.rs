@@ -300,7 +300,8 @@ fn check_sizes(
     }
     let (labels, title, axes) = (cli.written.labels.as_deref(), String::new(), &[][..]);
     if let Some(path) = cli.written.png.as_deref() {
-        Picture { path, labels, title: title.clone(), axes }.check(weights_shape)?;
+        let scale = cli.written.png_scale;
+        Picture { path, labels, title: title.clone(), axes, scale }.check(weights_shape)?;
     }
     if let Some(path) = cli.written.view.as_deref() {
         View { path, labels, title, axes }.check(weights_shape)?;
@@ -364,6 +365,7 @@ fn attend<A: Float + WritableElement + OnGpu>(
         labels,
         title: title.clone(),
         axes,
+        scale: cli.written.png_scale,
     });
     let view =
         cli.written.view.as_deref().map(|path| View { path, labels, title: title.clone(), axes });
@@ -460,7 +462,7 @@ fn attend<A: Float + WritableElement + OnGpu>(
         let weights = weights.as_ref().expect("the plain path runs whenever --png is given");
         let png = picture.render(weights, mask.as_ref().map(Mask::as_array))?;
         outputs.write_bytes(path, &png)?;
-        written.push("heatmap of the weights".into());
+        written.push(picture.scale.describe().into());
     }
     if let (Some(path), Some(view)) = (&cli.written.view, &view) {
         let weights = weights.as_ref().expect("the plain path runs whenever --view is given");

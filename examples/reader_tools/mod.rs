@@ -200,6 +200,10 @@ pub struct Written {
     /// most 64)
     #[arg(long, value_name = "HEATMAP.png", value_parser = png_path)]
     pub png: Option<PathBuf>,
+    /// The colour scale of --png: fixed (0 to 1, every figure comparable) or row (each query's
+    /// row scaled to its own largest weight, so that the small weights of a long row show)
+    #[arg(long, value_name = "SCALE", value_enum, default_value_t, requires = "png")]
+    pub png_scale: PngScale,
     /// Write the weights as one self-contained HTML page, an interactive head view that
     /// works offline: pick a batch item and head (or all heads, one colour each), point at a
     /// token to see its weights, as lines or as a matrix
@@ -583,6 +587,53 @@ pub const MAX_PANELS: usize = 64;
 /// Most tokens `--labels` can name: every label is drawn, and the heatmap grows to fit them.
 pub const MAX_LABELS: usize = 64;
 
+/// `--png-scale`: how the colours of `--png` map to the weights.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum PngScale {
+    /// 0 to 1, the same for every figure: a weight's colour says how much it is, and two
+    /// figures compare. A row of L keys averages 1/L, so a long row is all pale.
+    #[default]
+    Fixed,
+    /// Each query's row divided by its own largest weight and drawn from 0 to 1: the darkest
+    /// cell of a row is its largest weight, whatever the row's length, so the small weights of
+    /// a long row show. Colours no longer compare between rows; the numbers are ratios, so the
+    /// cells are not annotated.
+    Row,
+}
+
+impl PngScale {
+    /// The label of the colour bar, which names the scale in the picture.
+    pub fn colorbar_label(self) -> &'static str {
+        match self {
+            PngScale::Fixed => "attention weight",
+            PngScale::Row => "weight / row max",
+        }
+    }
+
+    /// What the summary line calls the picture.
+    pub fn describe(self) -> &'static str {
+        match self {
+            PngScale::Fixed => "heatmap of the weights",
+            PngScale::Row => "heatmap of the weights, each row scaled to its maximum",
+        }
+    }
+
+    /// The values to draw: the weights themselves (fixed), or each row `(…, L_k)` divided by
+    /// its largest entry (row; a row of zeros, every key masked, stays zero).
+    pub fn apply(self, weights: &mut ArrayD<f64>) {
+        if self == PngScale::Fixed {
+            return;
+        }
+        let last = Axis(weights.ndim() - 1);
+        for mut row in weights.lanes_mut(last) {
+            let largest = row.iter().copied().fold(0.0, f64::max);
+            if largest > 0.0 {
+                row.mapv_inplace(|w| w / largest);
+            }
+        }
+    }
+}
+
 /// What `--png` draws: the weights, which cells the mask allowed, and the token labels.
 pub struct Picture<'a> {
     /// The PNG's path (from `--png`).
@@ -593,6 +644,8 @@ pub struct Picture<'a> {
     pub title: String,
     /// Names the leading axes of a panel, e.g. `["batch", "head"]`.
     pub axes: &'a [&'a str],
+    /// The colour scale (`--png-scale`).
+    pub scale: PngScale,
 }
 
 impl Picture<'_> {
@@ -648,7 +701,11 @@ impl Picture<'_> {
         self.check(weights.shape())?;
         let labels = self.token_labels(l_q, l_k)?;
         let panels: usize = weights.shape()[..n - 2].iter().product();
-        let weights = weights.mapv(|w| w.to_f64().expect("a finite float converts to f64"));
+        let mut weights =
+            weights.mapv(|w| w.to_f64().expect("a finite float converts to f64"));
+        self.scale.apply(&mut weights);
+        let label = self.scale.colorbar_label();
+        let annotate = self.scale == PngScale::Fixed;
         let allowed = match allowed {
             None => None,
             Some(a) => Some(
@@ -668,8 +725,11 @@ impl Picture<'_> {
                 Heatmap::new(&weights.view().into_dimensionality::<Ix2>().expect("2 axes"))
                     .title(self.title.clone())
                     .range(ValueRange::Fixed(0.0, 1.0))
-                    .colorbar_label("attention weight")
+                    .colorbar_label(label)
                     .mask_mark("0");
+            if !annotate {
+                map = map.annotate(false);
+            }
             if let Some(labels) = &labels {
                 map = map.labels(labels);
             }
@@ -686,8 +746,11 @@ impl Picture<'_> {
             let mut grid = HeatmapGrid::new()
                 .title(self.title.clone())
                 .range(ValueRange::Fixed(0.0, 1.0))
-                .colorbar_label("attention weight")
+                .colorbar_label(label)
                 .mask_mark("0");
+            if !annotate {
+                grid = grid.annotate(false);
+            }
             for (i, matrix) in flat.axis_iter(Axis(0)).enumerate() {
                 let mut panel =
                     Panel::new(&matrix).title(self.panel_title(weights.shape(), i));

@@ -342,6 +342,7 @@ fn multihead<A: Float + WritableElement>(
         labels,
         title: plan.title(),
         axes: panel_axes,
+        scale: cli.written.png_scale,
     });
     let view = cli.written.view.as_deref().map(|path| View {
         path,
@@ -426,7 +427,7 @@ fn multihead<A: Float + WritableElement>(
     if let (Some(path), Some(picture)) = (&cli.written.png, &picture) {
         let png = picture.render(&weights, mask.as_ref().map(Mask::as_array))?;
         outputs.write_bytes(path, &png)?;
-        written.push("heatmap of the weights".into());
+        written.push(picture.scale.describe().into());
     }
     if let (Some(path), Some(view)) = (&cli.written.view, &view) {
         outputs.write_bytes(path, &view.render(&weights)?)?;
