@@ -82,14 +82,14 @@ pub struct Problem {
     pub q: Array2<f64>,
     pub k: Array2<f64>,
     pub v: Array2<f64>,
-    pub d_o: Array2<f64>,
+    pub grad_o: Array2<f64>,
 }
 
 pub fn problem() -> Problem {
     let mut rng = StdRng::seed_from_u64(SEED);
     let mut random =
         |rows, cols| Array2::from_shape_simple_fn((rows, cols), || rng.random_range(-1.5..1.5));
-    Problem { q: random(3, 4), k: random(4, 4), v: random(4, 3), d_o: random(3, 3) }
+    Problem { q: random(3, 4), k: random(4, 4), v: random(4, 3), grad_o: random(3, 3) }
 }
 
 /// The entry of `Q` whose gradient the figure differentiates numerically.
@@ -113,13 +113,13 @@ pub fn steps() -> Vec<f64> {
 /// division uses the step actually taken, `x_up − x_down`, both rounded to `A`.
 pub fn central_difference<A: Float>(p: &Problem, h: f64) -> Result<f64, AttentionError> {
     let cast = |m: &Array2<f64>| m.mapv(A::from_f64_lossy);
-    let (q, k, v, d_o) = (cast(&p.q), cast(&p.k), cast(&p.v), cast(&p.d_o));
+    let (q, k, v, grad_o) = (cast(&p.q), cast(&p.k), cast(&p.v), cast(&p.grad_o));
     let x = q[ENTRY];
     let (up, down) = (x + A::from_f64_lossy(h), x - A::from_f64_lossy(h));
     let loss = |value: A| -> Result<A, AttentionError> {
         let mut moved = q.clone();
         moved[ENTRY] = value;
-        Ok(inner(&exact::sdpa(&moved, &k, &v, None)?.output, &d_o))
+        Ok(inner(&exact::sdpa(&moved, &k, &v, None)?.output, &grad_o))
     };
     let (l_up, l_down) = (loss(up)?, loss(down)?);
     let as_f64 = |a: A| a.to_f64().expect("f32 and f64 convert");
@@ -129,7 +129,7 @@ pub fn central_difference<A: Float>(p: &Problem, h: f64) -> Result<f64, Attentio
 /// The analytic gradient of the figure's entry, from `sdpa_backward` in `f64`.
 pub fn analytic(p: &Problem) -> Result<f64, AttentionError> {
     let weights = exact::sdpa(&p.q, &p.k, &p.v, None)?.weights;
-    Ok(sdpa_backward(&p.q, &p.k, &p.v, &weights, &p.d_o)?.d_q[ENTRY])
+    Ok(sdpa_backward(&p.q, &p.k, &p.v, &weights, &p.grad_o)?.grad_q[ENTRY])
 }
 
 /// The finite-difference error `|FD − analytic|` for each step, in `A`; steps where the two
@@ -163,8 +163,8 @@ pub fn padded_causal() -> Result<Mask, AttentionError> {
 /// `P`, `dP = dO·Vᵀ` and `dS` of the masked example (`d_k = 4`, `d_v = 3`, seeded inputs).
 pub struct Masked {
     pub weights: Array2<f64>,
-    pub d_weights: Array2<f64>,
-    pub d_scores: Array2<f64>,
+    pub grad_weights: Array2<f64>,
+    pub grad_scores: Array2<f64>,
     pub grads: SdpaGrads<f64, Ix2>,
     pub mask: Mask,
 }
@@ -173,13 +173,13 @@ pub fn masked() -> Result<Masked, AttentionError> {
     let mut rng = StdRng::seed_from_u64(SEED + 1);
     let mut random =
         |rows, cols| Array2::from_shape_simple_fn((rows, cols), || rng.random_range(-1.5..1.5));
-    let (q, k, v, d_o) = (random(5, 4), random(5, 4), random(5, 3), random(5, 3));
+    let (q, k, v, grad_o) = (random(5, 4), random(5, 4), random(5, 3), random(5, 3));
     let mask = padded_causal()?;
     let att = exact::sdpa(&q, &k, &v, Some(&mask))?;
-    let d_weights = exact::matmul(&d_o, &exact::transposed(&v))?;
-    let d_scores = attention::grad::softmax_backward(&att.weights, &d_weights)?;
-    let grads = sdpa_backward(&q, &k, &v, &att.weights, &d_o)?;
-    Ok(Masked { weights: att.weights, d_weights, d_scores, grads, mask })
+    let grad_weights = exact::matmul(&grad_o, &exact::transposed(&v))?;
+    let grad_scores = attention::grad::softmax_backward(&att.weights, &grad_weights)?;
+    let grads = sdpa_backward(&q, &k, &v, &att.weights, &grad_o)?;
+    Ok(Masked { weights: att.weights, grad_weights, grad_scores, grads, mask })
 }
 
 /// The largest `|ours − PyTorch| / (1 + |PyTorch|)` over every SDPA gradient case of one
@@ -202,7 +202,7 @@ fn worst_sdpa<A: Float + ReadableElement>(dtype: &str) -> Result<(usize, f64), B
         };
         let att = exact::sdpa(&q, &k, &v, mask.as_ref())?;
         let g = sdpa_backward(&q, &k, &v, &att.weights, &load("do")?)?;
-        for (ours, theirs) in [(&g.d_q, "dq"), (&g.d_k, "dk"), (&g.d_v, "dv")] {
+        for (ours, theirs) in [(&g.grad_q, "dq"), (&g.grad_k, "dk"), (&g.grad_v, "dv")] {
             worst = worst.max(relative(ours, &load(theirs)?));
         }
     }
@@ -229,20 +229,20 @@ fn worst_layer<A: Float + ReadableElement>(dtype: &str) -> Result<(usize, f64), 
             *heads.first().ok_or("heads.npy is empty")? as usize,
         )?;
         let x = load("x")?.into_dimensionality::<Ix3>()?;
-        let d_y = load("dy")?.into_dimensionality::<Ix3>()?;
+        let grad_y = load("dy")?.into_dimensionality::<Ix3>()?;
         let mask = if dir.join("mask.npy").exists() {
             Some(Mask::from_array(read_npy::<_, ArrayD<bool>>(dir.join("mask.npy"))?)?)
         } else {
             None
         };
         let (_, tape) = mha.forward_train(&x, mask.as_ref(), None)?;
-        let g = mha.backward(&tape, &d_y)?;
+        let g = mha.backward(&tape, &grad_y)?;
         for (ours, theirs) in [
-            (g.d_x.into_dyn(), "dx"),
-            (g.d_w_q.into_dyn(), "dw_q"),
-            (g.d_w_k.into_dyn(), "dw_k"),
-            (g.d_w_v.into_dyn(), "dw_v"),
-            (g.d_w_o.into_dyn(), "dw_o"),
+            (g.grad_x.into_dyn(), "dx"),
+            (g.grad_w_q.into_dyn(), "dw_q"),
+            (g.grad_w_k.into_dyn(), "dw_k"),
+            (g.grad_w_v.into_dyn(), "dw_v"),
+            (g.grad_w_o.into_dyn(), "dw_o"),
         ] {
             worst = worst.max(relative(&ours, &load(theirs)?));
         }
@@ -280,8 +280,8 @@ fn report(f64_points: &[(f64, f64)], f32_points: &[(f64, f64)]) -> Result<String
 
     let h = hand()?;
     let att = exact::sdpa(&h.q, &h.k, &h.v, Some(&h.mask))?;
-    let d_o = array![[1.0]];
-    let g = sdpa_backward(&h.q, &h.k, &h.v, &att.weights, &d_o)?;
+    let grad_o = array![[1.0]];
+    let g = sdpa_backward(&h.q, &h.k, &h.v, &att.weights, &grad_o)?;
     let mut scores = exact::matmul(&h.q, &exact::transposed(&h.k))? / 2f64.sqrt();
     h.mask.apply(&mut scores)?;
     writeln!(
@@ -292,15 +292,15 @@ fn report(f64_points: &[(f64, f64)], f32_points: &[(f64, f64)]) -> Result<String
     writeln!(out, "  scores q·kⱼ/√2      {}", row(&scores))?;
     writeln!(out, "  weights P            {}", row(&att.weights))?;
     writeln!(out, "  output o = P·v       {:.4}", att.output[[0, 0]])?;
-    let d_p = exact::matmul(&d_o, &exact::transposed(&h.v))?;
-    writeln!(out, "  dV = Pᵀ·dO           {}", row(&g.d_v))?;
-    writeln!(out, "  dP = dO·Vᵀ           {}", row(&d_p))?;
-    let big_d = inner(&d_p, &att.weights);
+    let grad_p = exact::matmul(&grad_o, &exact::transposed(&h.v))?;
+    writeln!(out, "  dV = Pᵀ·dO           {}", row(&g.grad_v))?;
+    writeln!(out, "  dP = dO·Vᵀ           {}", row(&grad_p))?;
+    let big_d = inner(&grad_p, &att.weights);
     writeln!(out, "  D = rowsum(dP ∘ P)   {big_d:.4}   (= rowsum(dO ∘ O) = o)")?;
-    let d_s = attention::grad::softmax_backward(&att.weights, &d_p)?;
-    writeln!(out, "  dS = P ∘ (dP − D)    {}", row(&d_s))?;
-    writeln!(out, "  dq = dS·K/√2         {}", row(&g.d_q))?;
-    let keys: Vec<String> = g.d_k.rows().into_iter().map(row).collect();
+    let grad_s = attention::grad::softmax_backward(&att.weights, &grad_p)?;
+    writeln!(out, "  dS = P ∘ (dP − D)    {}", row(&grad_s))?;
+    writeln!(out, "  dq = dS·K/√2         {}", row(&g.grad_q))?;
+    let keys: Vec<String> = g.grad_k.rows().into_iter().map(row).collect();
     writeln!(out, "  dK = dSᵀ·q/√2        {}", keys.join(" "))?;
     writeln!(out)?;
 
@@ -351,23 +351,24 @@ fn report(f64_points: &[(f64, f64)], f32_points: &[(f64, f64)]) -> Result<String
         TOKENS.join(" ")
     )?;
     writeln!(out, "  P:\n{}", matrix(&m.weights, 4, "  "))?;
-    writeln!(out, "  dP = dO·Vᵀ:\n{}", matrix(&m.d_weights, 4, "  "))?;
-    writeln!(out, "  dS = P ∘ (dP − rowsum(dP ∘ P)):\n{}", matrix(&m.d_scores, 4, "  "))?;
+    writeln!(out, "  dP = dO·Vᵀ:\n{}", matrix(&m.grad_weights, 4, "  "))?;
+    let grad_scores = matrix(&m.grad_scores, 4, "  ");
+    writeln!(out, "  dS = P ∘ (dP − rowsum(dP ∘ P)):\n{grad_scores}")?;
     let blocked = m.mask.as_array().iter().filter(|&&a| !a).count();
     let zero_ds =
-        m.d_scores.iter().zip(m.mask.as_array()).filter(|(d, a)| !**a && **d == 0.0).count();
+        m.grad_scores.iter().zip(m.mask.as_array()).filter(|(d, a)| !**a && **d == 0.0).count();
     let nonzero_dp =
-        m.d_weights.iter().zip(m.mask.as_array()).filter(|(d, a)| !**a && **d != 0.0).count();
+        m.grad_weights.iter().zip(m.mask.as_array()).filter(|(d, a)| !**a && **d != 0.0).count();
     writeln!(
         out,
         "  blocked entries: {blocked}; dS exactly 0 at {zero_ds} of them, dP nonzero at {nonzero_dp}"
     )?;
-    writeln!(out, "  dq of query 0: {}", row(m.grads.d_q.row(0)))?;
+    writeln!(out, "  dq of query 0: {}", row(m.grads.grad_q.row(0)))?;
     writeln!(
         out,
         "  dK and dV of key 0 (<pad>): {} and {}",
-        row(m.grads.d_k.row(0)),
-        row(m.grads.d_v.row(0))
+        row(m.grads.grad_k.row(0)),
+        row(m.grads.grad_v.row(0))
     )?;
     writeln!(out)?;
 
@@ -420,16 +421,16 @@ pub fn render_figures(out_dir: &Path) -> Result<Vec<PathBuf>, Box<dyn Error>> {
         .save(&weights_png)?;
     // dP and dS differ in size by a factor of about 7 (1.77 against 0.26 at most): each gets
     // its own figure and its own colour scale, so that neither is drawn in near-white.
-    let d_weights_png = out_dir.join("ch11_d_weights.png");
-    Heatmap::new(&m.d_weights)
+    let grad_weights_png = out_dir.join("ch11_d_weights.png");
+    Heatmap::new(&m.grad_weights)
         .title("dP = dO·Vᵀ: a value in every cell")
         .labels(&TOKENS)
         .scheme(ColorScheme::Diverging)
         .colorbar_label("dP, gradient of the weights")
         .annotate(true)
-        .save(&d_weights_png)?;
-    let d_scores_png = out_dir.join("ch11_d_scores.png");
-    Heatmap::new(&m.d_scores)
+        .save(&grad_weights_png)?;
+    let grad_scores_png = out_dir.join("ch11_d_scores.png");
+    Heatmap::new(&m.grad_scores)
         .title("dS = P ∘ (dP − D): 0 wherever P is")
         .labels(&TOKENS)
         .allowed(&allowed)
@@ -438,11 +439,11 @@ pub fn render_figures(out_dir: &Path) -> Result<Vec<PathBuf>, Box<dyn Error>> {
         .annotate(true)
         .mask_mark("0")
         .mask_legend("masked: exactly 0")
-        .save(&d_scores_png)?;
+        .save(&grad_scores_png)?;
 
     let text = out_dir.join("ch11_output.txt");
     std::fs::write(&text, report(&f64_points, &f32_points)?)?;
-    Ok(vec![fd_png, weights_png, d_weights_png, d_scores_png, text])
+    Ok(vec![fd_png, weights_png, grad_weights_png, grad_scores_png, text])
 }
 
 /// What `--help` says this example does.

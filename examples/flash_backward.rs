@@ -120,7 +120,7 @@ fn main() -> Result<(), Box<dyn Error>> {
     stdout::line(format_args!("     L  gradients     plain: model  measured     tiled: model  measured"));
     let mut times = Vec::new();
     for &l in &cli.lengths {
-        let (q, k, v, d_o) =
+        let (q, k, v, grad_o) =
             (random(l, &mut rng), random(l, &mut rng), random(l, &mut rng), random(l, &mut rng));
         let masking = Masking::All;
         let grads_bytes = (q.len() + k.len() + v.len()) * F32;
@@ -128,14 +128,15 @@ fn main() -> Result<(), Box<dyn Error>> {
 
         // Plain: P from the forward (kept), then dP, dS and what the products copy.
         let p = pool.install(|| sdpa_batched(&q, &k, &v, None))?.weights;
-        let run_plain = || sdpa_backward(&q, &k, &v, &p, &d_o).expect("shapes fit");
+        let run_plain = || sdpa_backward(&q, &k, &v, &p, &grad_o).expect("shapes fit");
         let (_, plain_peak) = pool.install(|| peak_extra(run_plain));
         let plain_measured = plain_peak - grads_bytes + p.len() * F32;
 
         // Tiled: lse from the forward (kept), then D and the tiles.
         let (out, lse) = pool.install(|| tiled_sdpa_with_lse(&q, &k, &v, masking, tiles))?;
         let run_tiled = || {
-            tiled_sdpa_backward(&q, &k, &v, masking, &out, &lse, &d_o, tiles).expect("shapes fit")
+            tiled_sdpa_backward(&q, &k, &v, masking, &out, &lse, &grad_o, tiles)
+                .expect("shapes fit")
         };
         pool.install(run_tiled); // the pool's threads start
         let (_, tiled_peak) = pool.install(|| peak_extra(run_tiled));

@@ -554,9 +554,9 @@ fn check_grad_cases<A: Float + ReadableElement>(dtype: &str, tolerance: f64) -> 
         let (torch_out, torch_dq) = (load::<A>(dir, "out"), load::<A>(dir, "dq"));
         for (what, got, expected) in [
             ("output", &att.output, &torch_out),
-            ("dq", &g.d_q, &torch_dq),
-            ("dk", &g.d_k, &load(dir, "dk")),
-            ("dv", &g.d_v, &load(dir, "dv")),
+            ("dq", &g.grad_q, &torch_dq),
+            ("dk", &g.grad_k, &load(dir, "dk")),
+            ("dv", &g.grad_v, &load(dir, "dv")),
         ] {
             worst = worst.max(assert_close_rel(dir, what, got, expected, tolerance));
         }
@@ -565,7 +565,7 @@ fn check_grad_cases<A: Float + ReadableElement>(dtype: &str, tolerance: f64) -> 
         for (i, p) in att.weights.lanes(last).into_iter().enumerate() {
             if p.iter().all(|&w| w == A::zero()) {
                 blind += 1;
-                let rows = [&att.output, &torch_out, &g.d_q, &torch_dq];
+                let rows = [&att.output, &torch_out, &g.grad_q, &torch_dq];
                 for row in rows.map(|a| a.lanes(last).into_iter().nth(i).unwrap()) {
                     assert!(row.iter().all(|&x| x == A::zero()), "{}: row {i}", dir.display());
                 }
@@ -614,11 +614,11 @@ fn check_tiled_grad_cases<A: Float + ReadableElement>(
         for masking in maskings {
             for tiles in [Tiles::default(), Tiles { block_q: 3, tile_k: 2 }] {
                 let (out, lse) = tiled_sdpa_with_lse(&q, &k, &v, masking, tiles).unwrap();
-                let d_o = load::<A>(dir, "do");
-                let g =
-                    tiled_sdpa_backward(&q, &k, &v, masking, &out, &lse, &d_o, tiles).unwrap();
+                let grad_o = load::<A>(dir, "do");
+                let g = tiled_sdpa_backward(&q, &k, &v, masking, &out, &lse, &grad_o, tiles)
+                    .unwrap();
                 for (what, got, name) in
-                    [("dq", &g.d_q, "dq"), ("dk", &g.d_k, "dk"), ("dv", &g.d_v, "dv")]
+                    [("dq", &g.grad_q, "dq"), ("dk", &g.grad_k, "dk"), ("dv", &g.grad_v, "dv")]
                 {
                     let what = format!("tiled {what} ({masking:?}, {tiles:?})");
                     let expected = load::<A>(dir, name);
@@ -663,19 +663,19 @@ fn check_grad_mha_cases<A: Float + ReadableElement>(
         let mha =
             MultiHeadAttention::new(w("w_q"), w("w_k"), w("w_v"), w("w_o"), heads).unwrap();
         let three = |name| load::<A>(dir, name).into_dimensionality::<Ix3>().unwrap();
-        let (x, d_y) = (three("x"), three("dy"));
+        let (x, grad_y) = (three("x"), three("dy"));
         let mask = dir.join("mask.npy").exists().then(|| {
             Mask::from_array(load::<bool>(dir, "mask")).unwrap() // (L, L) or (batch, L, L)
         });
         let (y, tape) = mha.forward_train(&x, mask.as_ref(), None).unwrap();
-        let grads = mha.backward(&tape, &d_y).unwrap();
+        let grads = mha.backward(&tape, &grad_y).unwrap();
         for (what, got, expected) in [
             ("output", y.into_dyn(), "out"),
-            ("dx", grads.d_x.into_dyn(), "dx"),
-            ("dw_q", grads.d_w_q.into_dyn(), "dw_q"),
-            ("dw_k", grads.d_w_k.into_dyn(), "dw_k"),
-            ("dw_v", grads.d_w_v.into_dyn(), "dw_v"),
-            ("dw_o", grads.d_w_o.into_dyn(), "dw_o"),
+            ("dx", grads.grad_x.into_dyn(), "dx"),
+            ("dw_q", grads.grad_w_q.into_dyn(), "dw_q"),
+            ("dw_k", grads.grad_w_k.into_dyn(), "dw_k"),
+            ("dw_v", grads.grad_w_v.into_dyn(), "dw_v"),
+            ("dw_o", grads.grad_w_o.into_dyn(), "dw_o"),
         ] {
             let expected = load(dir, expected);
             worst = worst.max(assert_close_rel(dir, what, &got, &expected, tolerance));

@@ -677,7 +677,7 @@ fn a_hard_kill_leaves_each_output_old_or_whole() {
 fn gradients_exit_codes_and_rollback() {
     let dir = TempDir::new().unwrap();
     let case = "f64_causal_L6_dk8";
-    let d_o = fixture("sdpa", case, "out.npy"); // (6, 5), the output's shape and dtype
+    let grad_o = fixture("sdpa", case, "out.npy"); // (6, 5), the output's shape and dtype
     let mut base: Vec<String> = Vec::new();
     for name in ["q", "k", "v"] {
         base.extend([format!("--{name}"), fixture("sdpa", case, &format!("{name}.npy"))]);
@@ -685,7 +685,7 @@ fn gradients_exit_codes_and_rollback() {
     base.extend(["--mask".into(), "causal".into(), "--out".into(), path_in(&dir, "out.npy")]);
     let names = ["out.npy", "dq.npy", "dk.npy", "dv.npy"];
     let mut full = base.clone();
-    full.extend(["--grad-out".into(), d_o.clone()]);
+    full.extend(["--grad-out".into(), grad_o.clone()]);
     for name in &names[1..] {
         full.extend([format!("--{}", &name[..2]), path_in(&dir, name)]);
     }
@@ -712,8 +712,8 @@ fn gradients_exit_codes_and_rollback() {
     let dq = path_in(&dir, "dq.npy");
     for extra in [
         vec!["--dq", &dq],
-        vec!["--grad-out", &d_o],
-        vec!["--grad-out", &d_o, "--dq", &dq, "--dk", &dq],
+        vec!["--grad-out", &grad_o],
+        vec!["--grad-out", &grad_o, "--dq", &dq, "--dk", &dq],
     ] {
         let mut list = base.clone();
         list.extend(extra.iter().map(|a| a.to_string()));

@@ -1977,7 +1977,7 @@ fn appendix_c_shows_what_multihead_prints() {
 // attend's gradients (chapter Gradients): --grad-out DO.npy --dq DQ.npy --dk DK.npy --dv DV.npy.
 
 /// A deterministic dO of `shape` (a sine of the index, entries in [−1, 1]).
-fn d_o_of<A>(shape: &[usize], convert: fn(f64) -> A) -> ArrayD<A> {
+fn grad_o_of<A>(shape: &[usize], convert: fn(f64) -> A) -> ArrayD<A> {
     ArrayD::from_shape_fn(IxDyn(shape), |i| {
         let n = i.slice().iter().fold(7usize, |n, &k| n * 31 + k);
         convert(((n * 7919 % 10007) as f64).sin())
@@ -1985,8 +1985,8 @@ fn d_o_of<A>(shape: &[usize], convert: fn(f64) -> A) -> ArrayD<A> {
 }
 
 /// The four gradient options writing `do.npy`'s dQ, dK, dV into `dir`.
-fn grad_args(dir: &TempDir, d_o: &str) -> Vec<String> {
-    let mut list = vec!["--grad-out".to_string(), d_o.to_string()];
+fn grad_args(dir: &TempDir, grad_o: &str) -> Vec<String> {
+    let mut list = vec!["--grad-out".to_string(), grad_o.to_string()];
     for name in ["dq", "dk", "dv"] {
         list.extend([format!("--{name}"), out_path(dir, &format!("{name}.npy"))]);
     }
@@ -2029,12 +2029,12 @@ fn attend_grads(
     implementation: &str,
     dtype: &str,
 ) -> (String, [ArrayD<f64>; 4]) {
-    let [q, k, v, d_o] = inputs;
+    let [q, k, v, grad_o] = inputs;
     let mut list = args(&["--q", q, "--k", k, "--v", v, "--out", &out_path(dir, "out.npy")]);
     if let Some(mask) = mask {
         list.extend(args(&["--mask", mask]));
     }
-    list.extend(grad_args(dir, d_o));
+    list.extend(grad_args(dir, grad_o));
     list.extend(args(&["--impl", implementation]));
     let summary = attend_run(&list)
         .unwrap_or_else(|e| panic!("{inputs:?} {mask:?} {implementation}: {}", e.message()));
@@ -2183,8 +2183,8 @@ fn attend_gradients_reproduce_pytorch_autograd() {
 fn attend_refuses_bad_gradient_command_lines() {
     let dir = TempDir::new().unwrap();
     let case = "f64_causal_L6_dk8";
-    let (out, d_o) = (out_path(&dir, "out.npy"), out_path(&dir, "do.npy"));
-    write_npy(&d_o, &d_o_of(&[6, 5], to_f64)).unwrap();
+    let (out, grad_o) = (out_path(&dir, "out.npy"), out_path(&dir, "do.npy"));
+    write_npy(&grad_o, &grad_o_of(&[6, 5], to_f64)).unwrap();
     let with = |extra: &[&str]| {
         let mut list = qkv(case);
         list.extend(args(&["--out", &out]));
@@ -2204,10 +2204,10 @@ fn attend_refuses_bad_gradient_command_lines() {
     // dO, but no gradient to write.
     assert_usage(
         attend_run,
-        &with(&["--grad-out", &d_o]),
+        &with(&["--grad-out", &grad_o]),
         &dir,
         &format!(
-            "--grad-out {d_o} asks for the backward pass but names no file for its result"
+            "--grad-out {grad_o} asks for the backward pass but names no file for its result"
         ),
     );
     // Two outputs that are one file, among the gradients and with --out, --weights, --png.
@@ -2226,31 +2226,31 @@ fn attend_refuses_bad_gradient_command_lines() {
         ),
     ] {
         let mut extra = extra;
-        extra.extend(["--grad-out", &d_o]);
+        extra.extend(["--grad-out", &grad_o]);
         assert_usage(attend_run, &with(&extra), &dir, &problem);
     }
     // A gradient written over an input: dO itself, or Q.
     assert_usage(
         attend_run,
-        &with(&["--grad-out", &d_o, "--dq", &d_o]),
+        &with(&["--grad-out", &grad_o, "--dq", &grad_o]),
         &dir,
-        &format!("--dq {d_o} is the same file as the input --grad-out {d_o}"),
+        &format!("--dq {grad_o} is the same file as the input --grad-out {grad_o}"),
     );
     let q = fixture("sdpa", case, "q.npy");
     assert_usage(
         attend_run,
-        &with(&["--grad-out", &d_o, "--dq", &q]),
+        &with(&["--grad-out", &grad_o, "--dq", &q]),
         &dir,
         &format!("--dq {q} is the same file as the input --q {q}"),
     );
     // …and the other way round: --out over dO.
     let mut list = qkv(case);
-    list.extend(args(&["--out", &d_o, "--grad-out", &d_o, "--dq", &dq]));
+    list.extend(args(&["--out", &grad_o, "--grad-out", &grad_o, "--dq", &dq]));
     assert_usage(
         attend_run,
         &list,
         &dir,
-        &format!("--out {d_o} is the same file as the input --grad-out {d_o}"),
+        &format!("--out {grad_o} is the same file as the input --grad-out {grad_o}"),
     );
     assert!(!Path::new(&dq).exists() && !Path::new(&out).exists());
 }
@@ -2264,10 +2264,10 @@ fn attend_refuses_bad_gradient_data() {
     for name in ["out.npy", "dq.npy", "dk.npy", "dv.npy"] {
         std::fs::write(dir.path().join(name), format!("the old {name}")).unwrap();
     }
-    let run_with = |d_o: &str| {
+    let run_with = |grad_o: &str| {
         let mut list = qkv_masked(case, Some("causal"));
         list.extend(args(&["--out", &out_path(&dir, "out.npy")]));
-        list.extend(grad_args(&dir, d_o));
+        list.extend(grad_args(&dir, grad_o));
         list
     };
     let write = |name: &str, array: &ArrayD<f64>| {
@@ -2277,13 +2277,13 @@ fn attend_refuses_bad_gradient_data() {
     };
     // dO must have the output's shape, (6, 5): not Q's, not transposed, not with an axis more.
     for shape in [vec![6, 8], vec![5, 6], vec![1, 6, 5], vec![6]] {
-        let d_o = write("do.npy", &d_o_of(&shape, to_f64));
+        let grad_o = write("do.npy", &grad_o_of(&shape, to_f64));
         let found = reader_tools::shape_text(&shape);
         assert_fails(
             attend_run,
-            &run_with(&d_o),
+            &run_with(&grad_o),
             &dir,
-            &d_o,
+            &grad_o,
             &format!(
                 "has shape {found} but the output (…, L_q, d_v) has shape (6, 5): dO must have \
                  the output's shape"
@@ -2292,7 +2292,7 @@ fn attend_refuses_bad_gradient_data() {
     }
     // …and the inputs' dtype.
     let f32_d_o = out_path(&dir, "do32.npy");
-    write_npy(&f32_d_o, &d_o_of(&[6, 5], to_f32)).unwrap();
+    write_npy(&f32_d_o, &grad_o_of(&[6, 5], to_f32)).unwrap();
     assert_fails(
         attend_run,
         &run_with(&f32_d_o),
@@ -2311,17 +2311,17 @@ fn attend_refuses_bad_gradient_data() {
     );
     let missing = out_path(&dir, "missing.npy");
     assert_fails(attend_run, &run_with(&missing), &dir, &missing, "cannot read");
-    let mut nan = d_o_of(&[6, 5], to_f64);
+    let mut nan = grad_o_of(&[6, 5], to_f64);
     nan[IxDyn(&[4, 1])] = f64::NAN;
     let nan = write("nan.npy", &nan);
     assert_fails(attend_run, &run_with(&nan), &dir, &nan, "contains NaN at index [4, 1]");
     // A gradient that cannot be written: the outputs already in place are put back.
-    let d_o = write("do.npy", &d_o_of(&[6, 5], to_f64));
+    let grad_o = write("do.npy", &grad_o_of(&[6, 5], to_f64));
     std::fs::remove_file(dir.path().join("dv.npy")).unwrap();
     std::fs::create_dir(dir.path().join("dv.npy")).unwrap();
     assert_fails(
         attend_run,
-        &run_with(&d_o),
+        &run_with(&grad_o),
         &dir,
         &out_path(&dir, "dv.npy"),
         "cannot write: it is a directory; no output was changed",
@@ -2421,19 +2421,19 @@ fn attend_picks_the_path_for_gradients_as_for_the_output() {
     // are asked for, tiled otherwise (each path has its backward).
     let dir = TempDir::new().unwrap();
     let write = |name: &str, l: usize| {
-        let (x, d_o) = (
+        let (x, grad_o) = (
             out_path(&dir, &format!("{name}.npy")),
             out_path(&dir, &format!("{name}_do.npy")),
         );
-        write_npy(&x, &d_o_of(&[l, 4], to_f32).mapv(|a| a / 2.0)).unwrap();
-        write_npy(&d_o, &d_o_of(&[l, 4], to_f32)).unwrap();
-        (x, d_o)
+        write_npy(&x, &grad_o_of(&[l, 4], to_f32).mapv(|a| a / 2.0)).unwrap();
+        write_npy(&grad_o, &grad_o_of(&[l, 4], to_f32)).unwrap();
+        (x, grad_o)
     };
     let (small, large) = (write("small", 255), write("large", 256));
-    let run = |(x, d_o): &(String, String), extra: &[&str]| {
+    let run = |(x, grad_o): &(String, String), extra: &[&str]| {
         let mut list =
             args(&["--q", x, "--k", x, "--v", x, "--out", &out_path(&dir, "out.npy")]);
-        list.extend(args(&["--grad-out", d_o, "--dq", &out_path(&dir, "dq.npy")]));
+        list.extend(args(&["--grad-out", grad_o, "--dq", &out_path(&dir, "dq.npy")]));
         list.extend(args(extra));
         ok(attend_run(&list))
     };
@@ -2463,9 +2463,9 @@ fn attend_gpu_reproduces_pytorch_and_refuses_what_it_cannot_do() {
     let weights = out_path(&dir, "w.npy");
     let case = "f32_causal_L33_dk32";
     assert_usage(attend_run, &with(case, None, &["--weights", &weights]), &dir, "never forms");
-    let d_o = fixture("sdpa", case, "q.npy");
+    let grad_o = fixture("sdpa", case, "q.npy");
     let dq = out_path(&dir, "dq.npy");
-    let backward = with(case, None, &["--grad-out", &d_o, "--dq", &dq]);
+    let backward = with(case, None, &["--grad-out", &grad_o, "--dq", &dq]);
     assert_usage(attend_run, &backward, &dir, "computes the forward pass only");
     let f64_case = "f64_batch2_L5_dk4";
     assert_fails(

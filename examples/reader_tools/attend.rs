@@ -164,13 +164,13 @@ pub fn run(args: Vec<OsString>) -> Result<String, Failure> {
              or --impl plain for the gradients",
         ));
     }
-    if let (Some(d_o), None, None, None) = (&cli.grad_out, &cli.dq, &cli.dk, &cli.dv) {
+    if let (Some(grad_o), None, None, None) = (&cli.grad_out, &cli.dq, &cli.dk, &cli.dv) {
         return Err(usage::<Cli>(
             ErrorKind::MissingRequiredArgument,
             format!(
                 "--grad-out {} asks for the backward pass but names no file for its result: \
                  add --dq DQ.npy, --dk DK.npy or --dv DV.npy (any of them, or all three)",
-                d_o.display()
+                grad_o.display()
             ),
         ));
     }
@@ -193,9 +193,9 @@ pub fn run(args: Vec<OsString>) -> Result<String, Failure> {
         check_sizes(&cli, implementation, &weights_shape, element)?;
     }
     let (q, k, v) = (Tensor::load(&cli.q)?, Tensor::load(&cli.k)?, Tensor::load(&cli.v)?);
-    let d_o = cli.grad_out.as_deref().map(Tensor::load).transpose()?;
+    let grad_o = cli.grad_out.as_deref().map(Tensor::load).transpose()?;
     let mut loaded = vec![(cli.q.as_path(), &q), (&cli.k, &k), (&cli.v, &v)];
-    loaded.extend(cli.grad_out.as_deref().zip(d_o.as_ref()));
+    loaded.extend(cli.grad_out.as_deref().zip(grad_o.as_ref()));
     same_dtype(&loaded)?;
     for (path, t) in [(&cli.q, &q), (&cli.k, &k), (&cli.v, &v)] {
         if !(2..=4).contains(&t.shape().len()) {
@@ -216,11 +216,11 @@ pub fn run(args: Vec<OsString>) -> Result<String, Failure> {
             cli.q.display()
         )));
     }
-    match (q, k, v, d_o) {
+    match (q, k, v, grad_o) {
         (F32(q), F32(k), F32(v), None) => attend(&cli, q, k, v, None),
-        (F32(q), F32(k), F32(v), Some(F32(d_o))) => attend(&cli, q, k, v, Some(d_o)),
+        (F32(q), F32(k), F32(v), Some(F32(grad_o))) => attend(&cli, q, k, v, Some(grad_o)),
         (F64(q), F64(k), F64(v), None) => attend(&cli, q, k, v, None),
-        (F64(q), F64(k), F64(v), Some(F64(d_o))) => attend(&cli, q, k, v, Some(d_o)),
+        (F64(q), F64(k), F64(v), Some(F64(grad_o))) => attend(&cli, q, k, v, Some(grad_o)),
         _ => unreachable!("same_dtype checked that all of them agree"),
     }
 }
@@ -329,16 +329,16 @@ fn attend<A: Float + WritableElement + OnGpu>(
     q: ArrayD<A>,
     k: ArrayD<A>,
     v: ArrayD<A>,
-    d_o: Option<ArrayD<A>>,
+    grad_o: Option<ArrayD<A>>,
 ) -> Result<String, Failure> {
     let mask_path = cli.mask.as_ref().and_then(MaskArg::file).unwrap_or(Path::new("--mask"));
-    let d_o_path = cli.grad_out.as_deref().unwrap_or(Path::new("--grad-out"));
+    let grad_o_path = cli.grad_out.as_deref().unwrap_or(Path::new("--grad-out"));
     let files = [
         ("q", cli.q.as_path()),
         ("k", &cli.k),
         ("v", &cli.v),
         ("mask", mask_path),
-        ("d_o", d_o_path),
+        ("grad_o", grad_o_path),
     ];
     let n = q.ndim();
     if k.ndim() != n || v.ndim() != n {
@@ -372,7 +372,7 @@ fn attend<A: Float + WritableElement + OnGpu>(
     check_sizes(cli, implementation, &weights_shape, size_of::<A>())?;
     let d_v = v.shape()[n - 1];
     let pairs = weights_shape.iter().map(|&s| s as f64).product::<f64>();
-    let passes = if d_o.is_some() { 3.0 } else { 1.0 };
+    let passes = if grad_o.is_some() { 3.0 } else { 1.0 };
     note_if_debug("attend", pairs * (q.shape()[n - 1] + d_v) as f64 * passes);
     let mask = match &cli.mask {
         None => None,
@@ -396,7 +396,7 @@ fn attend<A: Float + WritableElement + OnGpu>(
         (Impl::Plain, _) => sdpa_batched(&q, &k, &v, mask.as_ref())
             .map(|att| Forward { output: att.output, weights: Some(att.weights), lse: None })
             .map_err(|e| explain(&e, &files)),
-        (Impl::Tiled, _) if d_o.is_some() => {
+        (Impl::Tiled, _) if grad_o.is_some() => {
             tiled_sdpa_with_lse(&q, &k, &v, masking, Tiles::default())
                 .map(|(output, lse)| Forward { output, weights: None, lse: Some(lse) })
                 .map_err(|e| explain(&e, &files))
@@ -409,40 +409,40 @@ fn attend<A: Float + WritableElement + OnGpu>(
             .map_err(|e| gpu_failure(e, &files)),
         (Impl::Gpu, None) => unreachable!("the device was made above"),
     };
-    let backward = |forward: &Forward<A>, d_o: &ArrayD<A>| match forward {
-        Forward { weights: Some(weights), .. } => sdpa_backward(&q, &k, &v, weights, d_o),
+    let backward = |forward: &Forward<A>, grad_o: &ArrayD<A>| match forward {
+        Forward { weights: Some(weights), .. } => sdpa_backward(&q, &k, &v, weights, grad_o),
         Forward { output, lse: Some(lse), .. } => {
-            tiled_sdpa_backward(&q, &k, &v, masking, output, lse, d_o, Tiles::default())
+            tiled_sdpa_backward(&q, &k, &v, masking, output, lse, grad_o, Tiles::default())
         }
         _ => unreachable!("the tiled forward keeps the log-sum-exp when dO is given"),
     };
-    let what = if d_o.is_some() { "attention and its backward" } else { "attention" };
+    let what = if grad_o.is_some() { "attention and its backward" } else { "attention" };
     let progress = Progress::start(format!(
         "attend: {what} ({}) over {}",
         implementation.name(),
         shape_text(q.shape())
     ));
     let done = forward()?;
-    let grads: Option<SdpaGrads<A, IxDyn>> = match &d_o {
+    let grads: Option<SdpaGrads<A, IxDyn>> = match &grad_o {
         None => None,
-        Some(d_o) => {
-            if d_o.shape() != done.output.shape() {
+        Some(grad_o) => {
+            if grad_o.shape() != done.output.shape() {
                 return Err(Failure::Data(format!(
                     "{}: has shape {} but the output (…, L_q, d_v) has shape {}: dO must \
                      have the output's shape",
-                    d_o_path.display(),
-                    shape_text(d_o.shape()),
+                    grad_o_path.display(),
+                    shape_text(grad_o.shape()),
                     shape_text(done.output.shape()),
                 )));
             }
-            Some(backward(&done, d_o).map_err(|e| explain(&e, &files))?)
+            Some(backward(&done, grad_o).map_err(|e| explain(&e, &files))?)
         }
     };
     let median_ms = cli.bench.map(|runs| {
         timing::median_ms(runs as usize, || {
             let forward = forward();
-            let grads = match (&forward, &d_o) {
-                (Ok(forward), Some(d_o)) => Some(backward(forward, d_o)),
+            let grads = match (&forward, &grad_o) {
+                (Ok(forward), Some(grad_o)) => Some(backward(forward, grad_o)),
                 _ => None,
             };
             (forward, grads)
@@ -471,7 +471,11 @@ fn attend<A: Float + WritableElement + OnGpu>(
     }
     if let Some(grads) = &grads {
         for (path, name, grad) in
-            [(&cli.dq, "dQ", &grads.d_q), (&cli.dk, "dK", &grads.d_k), (&cli.dv, "dV", &grads.d_v)]
+            [
+                (&cli.dq, "dQ", &grads.grad_q),
+                (&cli.dk, "dK", &grads.grad_k),
+                (&cli.dv, "dV", &grads.grad_v),
+            ]
         {
             if let Some(path) = path {
                 outputs.write_npy(path, grad)?;

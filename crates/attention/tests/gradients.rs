@@ -165,18 +165,21 @@ fn check_sdpa(
     k: &ArrayD<f64>,
     v: &ArrayD<f64>,
     mask: Option<&Mask>,
-    d_o: &ArrayD<f64>,
+    grad_o: &ArrayD<f64>,
 ) -> (Option<String>, f64) {
     let att = exact::sdpa(q, k, v, mask).unwrap();
-    let SdpaGrads { d_q, d_k, d_v } = sdpa_backward(q, k, v, &att.weights, d_o).unwrap();
+    let SdpaGrads { grad_q, grad_k, grad_v } =
+        sdpa_backward(q, k, v, &att.weights, grad_o).unwrap();
     let loss = |q: &ArrayD<f64>, k: &ArrayD<f64>, v: &ArrayD<f64>| {
-        dot(&exact::sdpa(q, k, v, mask).unwrap().output, d_o)
+        dot(&exact::sdpa(q, k, v, mask).unwrap().output, grad_o)
     };
     let fd_q = finite_differences(q, |q| loss(q, k, v));
     let fd_k = finite_differences(k, |k| loss(q, k, v));
     let fd_v = finite_differences(v, |v| loss(q, k, v));
     let mut worst = 0.0_f64;
-    for (name, a, b) in [("d_q", &d_q, &fd_q), ("d_k", &d_k, &fd_k), ("d_v", &d_v, &fd_v)] {
+    for (name, a, b) in
+        [("grad_q", &grad_q, &fd_q), ("grad_k", &grad_k, &fd_k), ("grad_v", &grad_v, &fd_v)]
+    {
         let (failure, w) = compare(name, a, b, ATOL);
         worst = worst.max(w);
         if failure.is_some() {
@@ -185,8 +188,12 @@ fn check_sdpa(
     }
     // A query that sees no key: zero output and exactly zero gradient.
     let last = Axis(q.ndim() - 1);
-    let rows =
-        att.weights.lanes(last).into_iter().zip(att.output.lanes(last)).zip(d_q.lanes(last));
+    let rows = att
+        .weights
+        .lanes(last)
+        .into_iter()
+        .zip(att.output.lanes(last))
+        .zip(grad_q.lanes(last));
     for ((p, o), dq) in rows {
         if p.iter().all(|&w| w == 0.0) && o.iter().chain(dq.iter()).any(|&x| x != 0.0) {
             return (
@@ -223,12 +230,12 @@ proptest! {
         }
         let g = random(&shape, &mut rng); // dℓ/dP: ℓ = Σ P ∘ g
         let p = exact::softmax(&scores);
-        let d_s = softmax_backward(&p, &g).unwrap();
+        let grad_s = softmax_backward(&p, &g).unwrap();
         let fd = finite_differences(&scores, |s| dot(&exact::softmax(s), &g));
-        let (failure, worst) = compare("d_scores", &d_s, &fd, ATOL);
+        let (failure, worst) = compare("grad_scores", &grad_s, &fd, ATOL);
         prop_assert!(failure.is_none(), "{}", failure.unwrap());
         // A masked score is a constant: exactly zero gradient.
-        Zip::from(&scores).and(&d_s).for_each(|&s, &d| assert!(s.is_finite() || d == 0.0));
+        Zip::from(&scores).and(&grad_s).for_each(|&s, &d| assert!(s.is_finite() || d == 0.0));
         report("softmax_backward", worst);
     }
 
@@ -247,9 +254,9 @@ proptest! {
         let q = random(&shape(l_q, d_k), &mut rng);
         let k = random(&shape(l_k, d_k), &mut rng);
         let v = random(&shape(l_k, d_v), &mut rng);
-        let d_o = random(&shape(l_q, d_v), &mut rng);
+        let grad_o = random(&shape(l_q, d_v), &mut rng);
         let mask = make_mask(kind, &lead, l_q, l_k, &mut rng);
-        let (failure, worst) = check_sdpa(&q, &k, &v, mask.as_ref(), &d_o);
+        let (failure, worst) = check_sdpa(&q, &k, &v, mask.as_ref(), &grad_o);
         prop_assert!(failure.is_none(), "{}", failure.unwrap());
         report("sdpa_backward", worst);
     }
@@ -279,15 +286,15 @@ fn a_fully_masked_query_row_has_zero_output_and_zero_gradients() {
     let mut allowed = ArrayD::from_elem(IxDyn(&[2, 4, 6]), true);
     allowed.slice_mut(s![0, 1, ..]).fill(false);
     let mask = Mask::from_array(allowed).unwrap();
-    let d_o = random(&[2, 4, 2], &mut rng);
-    let (failure, _) = check_sdpa(&q, &k, &v, Some(&mask), &d_o);
+    let grad_o = random(&[2, 4, 2], &mut rng);
+    let (failure, _) = check_sdpa(&q, &k, &v, Some(&mask), &grad_o);
     assert!(failure.is_none(), "{}", failure.unwrap());
     let att = exact::sdpa(&q, &k, &v, Some(&mask)).unwrap();
     assert_eq!(blind_rows(&att.weights), [vec![0, 1]]);
     // Its dO does not matter: changing it changes no gradient.
-    let mut other = d_o.clone();
+    let mut other = grad_o.clone();
     other.slice_mut(s![0, 1, ..]).fill(100.0);
-    let a = sdpa_backward(&q, &k, &v, &att.weights, &d_o).unwrap();
+    let a = sdpa_backward(&q, &k, &v, &att.weights, &grad_o).unwrap();
     let b = sdpa_backward(&q, &k, &v, &att.weights, &other).unwrap();
     assert_eq!(a, b);
 }
@@ -301,7 +308,7 @@ fn check_layer(
     x: &Array3<f64>,
     mask: Option<&Mask>,
     drop: Option<&ArrayRef4<f64>>,
-    d_y: &Array3<f64>,
+    grad_y: &Array3<f64>,
 ) -> (Option<String>, f64) {
     let layer = |w: &[Array2<f64>; 4]| {
         let [w_q, w_k, w_v, w_o] = w.clone();
@@ -309,24 +316,24 @@ fn check_layer(
     };
     let loss = |w: &[Array2<f64>; 4], x: &Array3<f64>| {
         let (y, _) = layer(w).forward_train(x, mask, drop).unwrap();
-        dot(&y.into_dyn(), &d_y.clone().into_dyn())
+        dot(&y.into_dyn(), &grad_y.clone().into_dyn())
     };
     let mha = layer(weights);
     let (y, tape) = mha.forward_train(x, mask, drop).unwrap();
-    let grads = mha.backward(&tape, d_y).unwrap();
-    let LayerGrads { d_x, d_w_q, d_w_k, d_w_v, d_w_o } = grads;
-    let d_x_copy = d_x.clone();
+    let grads = mha.backward(&tape, grad_y).unwrap();
+    let LayerGrads { grad_x, grad_w_q, grad_w_k, grad_w_v, grad_w_o } = grads;
+    let grad_x_copy = grad_x.clone();
     let fd_x = finite_differences(&x.clone().into_dyn(), |x| {
         loss(weights, &x.clone().into_dimensionality().unwrap())
     });
     let mut worst = 0.0_f64;
-    let (failure, w) = compare("d_x", &d_x.into_dyn(), &fd_x, ATOL_LAYER);
+    let (failure, w) = compare("grad_x", &grad_x.into_dyn(), &fd_x, ATOL_LAYER);
     worst = worst.max(w);
     if failure.is_some() {
         return (failure, worst);
     }
-    let names = ["d_w_q", "d_w_k", "d_w_v", "d_w_o"];
-    for (i, analytic) in [d_w_q, d_w_k, d_w_v, d_w_o].into_iter().enumerate() {
+    let names = ["grad_w_q", "grad_w_k", "grad_w_v", "grad_w_o"];
+    for (i, analytic) in [grad_w_q, grad_w_k, grad_w_v, grad_w_o].into_iter().enumerate() {
         let fd = finite_differences(&weights[i].clone().into_dyn(), |w| {
             let mut moved = weights.clone();
             moved[i] = w.clone().into_dimensionality().unwrap();
@@ -339,7 +346,7 @@ fn check_layer(
         }
     }
     // A query that sees nothing in any head has a zero output row; an item whose queries
-    // all see nothing (a valid length of 0) has a zero output and a zero d_x.
+    // all see nothing (a valid length of 0) has a zero output and a zero grad_x.
     for (b, p) in tape.weights().outer_iter().enumerate() {
         for i in 0..p.shape()[1] {
             let blind = p.index_axis(Axis(1), i).iter().all(|&w| w == 0.0);
@@ -351,8 +358,8 @@ fn check_layer(
             }
         }
         let nothing_seen = p.iter().all(|&w| w == 0.0);
-        if nothing_seen && d_x_copy.slice(s![b, .., ..]).iter().any(|&d| d != 0.0) {
-            return (Some(format!("item {b} sees nothing but has a nonzero d_x")), worst);
+        if nothing_seen && grad_x_copy.slice(s![b, .., ..]).iter().any(|&d| d != 0.0) {
+            return (Some(format!("item {b} sees nothing but has a nonzero grad_x")), worst);
         }
     }
     (None, worst)
@@ -387,7 +394,7 @@ proptest! {
         });
         let x: Array3<f64> =
             random(&[batch, l, d_model], &mut rng).into_dimensionality().unwrap();
-        let d_y: Array3<f64> =
+        let grad_y: Array3<f64> =
             random(&[batch, l, d_model], &mut rng).into_dimensionality().unwrap();
         let mask = match kind {
             // The layer's own mask shapes: (L, L), (batch, L, L), (batch, heads, L, L).
@@ -396,7 +403,7 @@ proptest! {
         };
         let drop = dropout.then(|| scales((batch, heads, l, l), 0.3, &mut rng));
         let drop = drop.as_deref();
-        let (failure, worst) = check_layer(&weights, heads, &x, mask.as_ref(), drop, &d_y);
+        let (failure, worst) = check_layer(&weights, heads, &x, mask.as_ref(), drop, &grad_y);
         prop_assert!(failure.is_none(), "{}", failure.unwrap());
         report("layer backward", worst);
     }
@@ -410,19 +417,20 @@ fn the_layer_gives_an_item_that_sees_nothing_zero_output_and_zero_gradient() {
         random(&[d_model, d_model], &mut rng).into_dimensionality::<ndarray::Ix2>().unwrap()
     });
     let x: Array3<f64> = random(&[2, l, d_model], &mut rng).into_dimensionality().unwrap();
-    let d_y: Array3<f64> = random(&[2, l, d_model], &mut rng).into_dimensionality().unwrap();
+    let grad_y: Array3<f64> =
+        random(&[2, l, d_model], &mut rng).into_dimensionality().unwrap();
     let padding = Mask::padding(&[3, 0], l, l).unwrap(); // item 1 has no real token
     for drop in [None, Some(scales((2, heads, l, l), 0.5, &mut rng))] {
         let drop = drop.as_deref();
-        let (failure, _) = check_layer(&weights, heads, &x, Some(&padding), drop, &d_y);
+        let (failure, _) = check_layer(&weights, heads, &x, Some(&padding), drop, &grad_y);
         assert!(failure.is_none(), "{}", failure.unwrap());
         let [w_q, w_k, w_v, w_o] = weights.clone();
         let mha = MultiHeadAttention::new(w_q, w_k, w_v, w_o, heads).unwrap();
         let (y, tape) = mha.forward_train(&x, Some(&padding), drop).unwrap();
-        let grads = mha.backward(&tape, &d_y).unwrap();
+        let grads = mha.backward(&tape, &grad_y).unwrap();
         assert!(y.slice(s![1, .., ..]).iter().all(|&o| o == 0.0));
-        assert!(grads.d_x.slice(s![1, .., ..]).iter().all(|&d| d == 0.0));
-        assert!(grads.d_x.slice(s![0, .., ..]).iter().all(|&d| d != 0.0));
+        assert!(grads.grad_x.slice(s![1, .., ..]).iter().all(|&d| d == 0.0));
+        assert!(grads.grad_x.slice(s![0, .., ..]).iter().all(|&d| d != 0.0));
     }
 }
 
@@ -441,12 +449,12 @@ proptest! {
         drop in prop::option::of(prop::collection::vec(0..4usize, 4)),
     ) {
         let array = |s: &Vec<usize>| ArrayD::<f64>::from_elem(IxDyn(s), 0.5);
-        let [q, k, v, p, d_o] = [0, 1, 2, 3, 4].map(|i| array(&shapes[i]));
+        let [q, k, v, p, grad_o] = [0, 1, 2, 3, 4].map(|i| array(&shapes[i]));
         let _ = exact::matmul(&q, &k);
         let _ = exact::softmax(&q);
         let _ = exact::sdpa(&q, &k, &v, None);
         let _ = softmax_backward(&q, &k);
-        let _ = sdpa_backward(&q, &k, &v, &p, &d_o);
+        let _ = sdpa_backward(&q, &k, &v, &p, &grad_o);
         let mha =
             MultiHeadAttention::<f64>::random(4, 2, &mut StdRng::seed_from_u64(0)).unwrap();
         let x = Array3::from_elem((layer_x[0], layer_x[1], layer_x[2]), 0.5);

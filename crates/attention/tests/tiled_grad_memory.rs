@@ -25,20 +25,22 @@ fn the_tiled_backward_holds_its_gradients_d_and_one_pair_of_tiles_per_thread() {
             (((b + 3 * h + 7 * i + 11 * j + seed) % 17) as f64 - 8.0) / 8.0
         })
     };
-    let (q, k, v, d_o) = (x(0), x(1), x(2), x(3));
+    let (q, k, v, grad_o) = (x(0), x(1), x(2), x(3));
     let tiles = Tiles { block_q: 64, tile_k: 32 };
     for threads in [1, 2] {
         let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap();
         let (out, lse) =
             pool.install(|| tiled_sdpa_with_lse(&q, &k, &v, Masking::Causal, tiles)).unwrap();
         let run = || {
-            tiled_sdpa_backward(&q, &k, &v, Masking::Causal, &out, &lse, &d_o, tiles).unwrap()
+            tiled_sdpa_backward(&q, &k, &v, Masking::Causal, &out, &lse, &grad_o, tiles)
+                .unwrap()
         };
         pool.install(run); // the pool's threads start and allocate what they keep
         let (grads, peak) = pool.install(|| peak_extra(run));
 
         let f64_bytes = std::mem::size_of::<f64>();
-        let gradients = (grads.d_q.len() + grads.d_k.len() + grads.d_v.len()) * f64_bytes;
+        let gradients =
+            (grads.grad_q.len() + grads.grad_k.len() + grads.grad_v.len()) * f64_bytes;
         let delta = batch * heads * l * f64_bytes;
         let tiles_bytes = tiles.backward_scratch_len() * f64_bytes; // one thread's P and dS
         // Per busy thread, matrixmultiply's packing buffers (a copy of a product's operands;
@@ -60,14 +62,18 @@ fn the_tiled_backward_holds_its_gradients_d_and_one_pair_of_tiles_per_thread() {
         // The plain backward, from the same forward's weights: dP and dS, L² each per head.
         let p =
             sdpa_batched(&q, &k, &v, Some(&attention::mask::Mask::causal(l))).unwrap().weights;
-        let (plain, plain_peak) = peak_extra(|| sdpa_backward(&q, &k, &v, &p, &d_o).unwrap());
+        let (plain, plain_peak) =
+            peak_extra(|| sdpa_backward(&q, &k, &v, &p, &grad_o).unwrap());
         assert!(plain_peak - gradients >= 2 * heads * l * l * f64_bytes);
-        let worst =
-            [(&grads.d_q, &plain.d_q), (&grads.d_k, &plain.d_k), (&grads.d_v, &plain.d_v)]
-                .iter()
-                .flat_map(|(a, b)| a.iter().zip(b.iter()))
-                .map(|(a, b)| (a - b).abs() / (1e-12 + 1e-12 * b.abs()))
-                .fold(0.0, f64::max);
+        let worst = [
+            (&grads.grad_q, &plain.grad_q),
+            (&grads.grad_k, &plain.grad_k),
+            (&grads.grad_v, &plain.grad_v),
+        ]
+        .iter()
+        .flat_map(|(a, b)| a.iter().zip(b.iter()))
+        .map(|(a, b)| (a - b).abs() / (1e-12 + 1e-12 * b.abs()))
+        .fold(0.0, f64::max);
         assert!(worst <= 1.0, "the two backwards differ: {worst} times the tolerance");
     }
 }

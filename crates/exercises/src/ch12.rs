@@ -193,9 +193,9 @@ pub fn check_readout_weight_grad(
     let b = Array1::from(vec![0.5, -0.25, 0.0]);
     let logits = readout(&h, &w, &b).map_err(|e| e.to_string())?;
     let targets = [Some(2), None, Some(0), Some(2), None];
-    let (_, d_logits) = cross_entropy(&logits, &targets).map_err(|e| e.to_string())?;
-    let d_w = readout_backward(&h, &w, &d_logits).map_err(|e| e.to_string())?.d_w;
-    for ((k, j), &expected) in d_w.indexed_iter() {
+    let (_, grad_logits) = cross_entropy(&logits, &targets).map_err(|e| e.to_string())?;
+    let grad_w = readout_backward(&h, &w, &grad_logits).map_err(|e| e.to_string())?.grad_w;
+    for ((k, j), &expected) in grad_w.indexed_iter() {
         let what = format!(
             "readout_weight_grad(h: (5, 4), logits: (5, 3), targets = [2, -, 0, 2, -], \
              k = {k}, j = {j})"

@@ -12,7 +12,7 @@
 //! so its backward is the same multiplication: `∂L/∂w = m ∘ ∂L/∂(w∘m)`
 //! ([`apply_scale`] is both). Training does not call `apply_scale`: the layer's
 //! `forward_train` and `backward` (module `grad`) write the same two products themselves
-//! (`&weights * &drop.view()` in the forward pass, `d_weights * drop` in the backward).
+//! (`&weights * &drop.view()` in the forward pass, `grad_weights * drop` in the backward).
 //!
 //! Anchors (below the doc comments): `dropout`, `scale_mask`, `apply_scale`.
 
@@ -130,7 +130,7 @@ impl Dropout {
 ///
 /// Multiplying by a fixed mask is linear and acts on each entry alone, so the same call is
 /// also the backward pass: the gradient with respect to the weights is
-/// `apply_scale(d_dropped, scale)`. An error names both shapes when they differ.
+/// `apply_scale(grad_dropped, scale)`. An error names both shapes when they differ.
 ///
 /// ```
 /// use attention::dropout::apply_scale;

@@ -53,26 +53,26 @@ use crate::shapes::{Operand, check_qkv};
 /// use ndarray::array;
 ///
 /// let p = softmax(&array![[0.0, 0.0], [f64::NEG_INFINITY, 1.0]]);
-/// let d_p = array![[1.0, 0.0], [5.0, 2.0]];
+/// let grad_p = array![[1.0, 0.0], [5.0, 2.0]];
 /// // Row 0: the weighted mean of dP is 0.5, so dS = 0.5·(1 − 0.5), 0.5·(0 − 0.5).
 /// // Row 1: one visible key with weight 1: a softmax of one score is constant, dS = 0.
-/// assert_eq!(softmax_backward(&p, &d_p).unwrap(), array![[0.25, -0.25], [0.0, 0.0]]);
+/// assert_eq!(softmax_backward(&p, &grad_p).unwrap(), array![[0.25, -0.25], [0.0, 0.0]]);
 /// assert!(softmax_backward(&p, &array![[1.0, 0.0]]).is_err());
 /// ```
 // ANCHOR: softmax_backward
 pub fn softmax_backward<A: Float, D: Dimension>(
     weights: &ArrayRef<A, D>,
-    d_weights: &ArrayRef<A, D>,
+    grad_weights: &ArrayRef<A, D>,
 ) -> Result<Array<A, D>> {
-    check_weights(weights.shape(), "d_weights", d_weights.shape())?;
+    check_weights(weights.shape(), "grad_weights", grad_weights.shape())?;
     let last = Axis(weights.ndim() - 1);
-    let mut d_scores = d_weights.to_owned(); // dP, turned into dS one row at a time
-    for (p, mut ds) in weights.lanes(last).into_iter().zip(d_scores.lanes_mut(last)) {
+    let mut grad_scores = grad_weights.to_owned(); // dP, turned into dS one row at a time
+    for (p, mut ds) in weights.lanes(last).into_iter().zip(grad_scores.lanes_mut(last)) {
         // rowsum(dP ∘ P) = Σⱼ dPⱼ·Pⱼ, added left to right
         let rowsum = p.iter().zip(ds.iter()).fold(A::zero(), |acc, (&p, &dp)| acc + dp * p);
         ds.zip_mut_with(&p, |ds, &p| *ds = p * (*ds - rowsum)); // Pⱼ·(dPⱼ − rowsum)
     }
-    Ok(d_scores)
+    Ok(grad_scores)
 }
 // ANCHOR_END: softmax_backward
 
@@ -108,19 +108,19 @@ fn same_shape(name: &str, found: &[usize], like: &str, expected: &[usize]) -> Re
 ///
 /// let x = array![[1.0, 0.0], [0.0, 1.0]];
 /// let weights = attention::exact::sdpa(&x, &x, &x, None).unwrap().weights;
-/// let SdpaGrads { d_q, d_k, d_v } =
+/// let SdpaGrads { grad_q, grad_k, grad_v } =
 ///     sdpa_backward(&x, &x, &x, &weights, &Array2::ones((2, 2))).unwrap();
-/// assert_eq!((d_q.dim(), d_k.dim(), d_v.dim()), ((2, 2), (2, 2), (2, 2)));
+/// assert_eq!((grad_q.dim(), grad_k.dim(), grad_v.dim()), ((2, 2), (2, 2), (2, 2)));
 /// ```
 #[derive(Debug, Clone, PartialEq)]
 // ANCHOR: sdpa_grads
 pub struct SdpaGrads<A, D: Dimension> {
     /// `∂ℓ/∂Q`: `(..., L_q, d_k)`.
-    pub d_q: Array<A, D>,
+    pub grad_q: Array<A, D>,
     /// `∂ℓ/∂K`: `(..., L_k, d_k)`.
-    pub d_k: Array<A, D>,
+    pub grad_k: Array<A, D>,
     /// `∂ℓ/∂V`: `(..., L_k, d_v)`.
-    pub d_v: Array<A, D>,
+    pub grad_v: Array<A, D>,
 }
 // ANCHOR_END: sdpa_grads
 
@@ -130,7 +130,7 @@ pub struct SdpaGrads<A, D: Dimension> {
 ///
 /// Shapes: `q: (..., L_q, d_k)`, `k: (..., L_k, d_k)`, `v: (..., L_k, d_v)`,
 /// `weights: (..., L_q, L_k)` (the forward pass's `P`, which holds the mask as zeros, so no
-/// mask is passed here) and `d_o: (..., L_q, d_v)`, all with the same leading axes. Every
+/// mask is passed here) and `grad_o: (..., L_q, d_v)`, all with the same leading axes. Every
 /// product is an [`exact::matmul`].
 ///
 /// ```
@@ -142,14 +142,14 @@ pub struct SdpaGrads<A, D: Dimension> {
 /// let v = array![[1.0], [2.0], [4.0]];
 /// let causal = Mask::causal(3);
 /// let att = exact::sdpa(&q, &k, &v, Some(&causal)).unwrap();
-/// let d_o = Array2::ones((3, 1)); // the loss is the sum of the outputs
-/// let g = sdpa_backward(&q, &k, &v, &att.weights, &d_o).unwrap();
+/// let grad_o = Array2::ones((3, 1)); // the loss is the sum of the outputs
+/// let g = sdpa_backward(&q, &k, &v, &att.weights, &grad_o).unwrap();
 /// // Query 0 sees only key 0: its output is v₀ whatever q₀ is, so dq₀ = 0.
-/// assert_eq!(g.d_q.row(0).to_vec(), [0.0, 0.0]);
+/// assert_eq!(g.grad_q.row(0).to_vec(), [0.0, 0.0]);
 /// // dV = Pᵀ·dO: each value row's gradient is the total weight its key received.
-/// assert_eq!(g.d_v, att.weights.t().dot(&d_o));
+/// assert_eq!(g.grad_v, att.weights.t().dot(&grad_o));
 /// // The weights must have the shape (L_q, L_k) of q and k.
-/// let err = sdpa_backward(&q, &k, &v, &att.weights.t().slice(ndarray::s![..2, ..]), &d_o);
+/// let err = sdpa_backward(&q, &k, &v, &att.weights.t().slice(ndarray::s![..2, ..]), &grad_o);
 /// assert_eq!(
 ///     err.unwrap_err().to_string(),
 ///     "weights has shape [2, 3] but a shape (..., L_q, L_k) = [3, 3] was expected"
@@ -161,18 +161,19 @@ pub fn sdpa_backward<A: Float, D: Dimension>(
     k: &ArrayRef<A, D>,
     v: &ArrayRef<A, D>,
     weights: &ArrayRef<A, D>,
-    d_o: &ArrayRef<A, D>,
+    grad_o: &ArrayRef<A, D>,
 ) -> Result<SdpaGrads<A, D>> {
-    let sqrt_d_k = A::from_len(check_backward(q, k, v, weights, d_o)?).sqrt();
+    let sqrt_d_k = A::from_len(check_backward(q, k, v, weights, grad_o)?).sqrt();
     // O = P·V
-    let d_v = matmul(&transposed(weights), d_o)?; // dV = Pᵀ·dO: (..., L_k, d_v)
-    let d_weights = matmul(d_o, &transposed(v))?; // dP = dO·Vᵀ: (..., L_q, L_k)
+    let grad_v = matmul(&transposed(weights), grad_o)?; // dV = Pᵀ·dO: (..., L_k, d_v)
+    let grad_weights = matmul(grad_o, &transposed(v))?; // dP = dO·Vᵀ: (..., L_q, L_k)
     // P = softmax(S)
-    let d_scores = softmax_backward(weights, &d_weights)?; // dS = P ∘ (dP − rowsum(dP ∘ P))
+    // dS = P ∘ (dP − rowsum(dP ∘ P))
+    let grad_scores = softmax_backward(weights, &grad_weights)?;
     // S = Q·Kᵀ/√d_k
-    let d_q = matmul(&d_scores, k)? / sqrt_d_k; // dQ = dS·K/√d_k: (..., L_q, d_k)
-    let d_k = matmul(&transposed(&d_scores), q)? / sqrt_d_k; // dK = dSᵀ·Q/√d_k
-    Ok(SdpaGrads { d_q, d_k, d_v })
+    let grad_q = matmul(&grad_scores, k)? / sqrt_d_k; // dQ = dS·K/√d_k: (..., L_q, d_k)
+    let grad_k = matmul(&transposed(&grad_scores), q)? / sqrt_d_k; // dK = dSᵀ·Q/√d_k
+    Ok(SdpaGrads { grad_q, grad_k, grad_v })
 }
 // ANCHOR_END: sdpa_backward
 
@@ -183,13 +184,13 @@ fn check_backward<A, D: Dimension>(
     k: &ArrayRef<A, D>,
     v: &ArrayRef<A, D>,
     weights: &ArrayRef<A, D>,
-    d_o: &ArrayRef<A, D>,
+    grad_o: &ArrayRef<A, D>,
 ) -> Result<usize> {
     let (l_q, l_k, d_k, d_v) = check_qkv(q.shape(), k.shape(), v.shape())?;
     let lead = &q.shape()[..q.ndim() - 2];
     for (name, found, last, axes) in [
         ("weights", weights.shape(), [l_q, l_k], "(..., L_q, L_k)"),
-        ("d_o", d_o.shape(), [l_q, d_v], "(..., L_q, d_v)"),
+        ("grad_o", grad_o.shape(), [l_q, d_v], "(..., L_q, d_v)"),
     ] {
         let expected = [lead, &last].concat();
         if found != expected {
@@ -267,22 +268,23 @@ impl<A: Float> LayerTape<A> {
 /// let mha = MultiHeadAttention::<f64>::random(4, 2, &mut StdRng::seed_from_u64(0)).unwrap();
 /// let x = Array3::from_shape_fn((2, 3, 4), |(b, i, j)| (b + i * j) as f64 / 5.0);
 /// let (y, tape) = mha.forward_train(&x, None, None).unwrap();
-/// let LayerGrads { d_x, d_w_o, .. } = mha.backward(&tape, &Array3::ones(y.dim())).unwrap();
-/// assert_eq!((d_x.dim(), d_w_o.dim()), ((2, 3, 4), (4, 4)));
+/// let LayerGrads { grad_x, grad_w_o, .. } =
+///     mha.backward(&tape, &Array3::ones(y.dim())).unwrap();
+/// assert_eq!((grad_x.dim(), grad_w_o.dim()), ((2, 3, 4), (4, 4)));
 /// ```
 #[derive(Debug, Clone, PartialEq)]
 // ANCHOR: layer_grads
 pub struct LayerGrads<A> {
     /// `∂ℓ/∂X`: `(batch, L, d_model)`.
-    pub d_x: Array3<A>,
+    pub grad_x: Array3<A>,
     /// `∂ℓ/∂W_Q`: `(d_model, d_model)`.
-    pub d_w_q: Array2<A>,
+    pub grad_w_q: Array2<A>,
     /// `∂ℓ/∂W_K`: `(d_model, d_model)`.
-    pub d_w_k: Array2<A>,
+    pub grad_w_k: Array2<A>,
     /// `∂ℓ/∂W_V`: `(d_model, d_model)`.
-    pub d_w_v: Array2<A>,
+    pub grad_w_v: Array2<A>,
     /// `∂ℓ/∂W_O`: `(d_model, d_model)`.
-    pub d_w_o: Array2<A>,
+    pub grad_w_o: Array2<A>,
 }
 // ANCHOR_END: layer_grads
 
@@ -359,11 +361,11 @@ impl<A: Float> MultiHeadAttention<A> {
     // ANCHOR_END: forward_train
     /// The layer's backward pass: from the tape of
     /// [`forward_train`](MultiHeadAttention::forward_train) and the gradient of its output
-    /// `d_y: (batch, L, d_model)`, the gradients of the input and of `W_Q`, `W_K`, `W_V`,
+    /// `grad_y: (batch, L, d_model)`, the gradients of the input and of `W_Q`, `W_K`, `W_V`,
     /// `W_O` (summed over the batch and the positions).
     ///
-    /// There is no residual connection inside the layer: a model that adds one adds `d_y`
-    /// to [`LayerGrads::d_x`] itself.
+    /// There is no residual connection inside the layer: a model that adds one adds `grad_y`
+    /// to [`LayerGrads::grad_x`] itself.
     ///
     /// ```
     /// use attention::multihead::MultiHeadAttention;
@@ -378,50 +380,56 @@ impl<A: Float> MultiHeadAttention<A> {
     /// // Σ W_O ∘ ∂ℓ/∂W_O = Σ y ∘ y = 2ℓ.
     /// let grads = mha.backward(&tape, &y).unwrap();
     /// let [_, _, _, w_o] = mha.projections();
-    /// let lhs = (w_o.weight() * &grads.d_w_o).sum();
+    /// let lhs = (w_o.weight() * &grads.grad_w_o).sum();
     /// assert!((lhs - (&y * &y).sum()).abs() < 1e-12);
     /// assert!(mha.backward(&tape, &Array3::ones((1, 3, 5))).is_err());
     /// ```
     // ANCHOR: layer_backward
-    pub fn backward(&self, tape: &LayerTape<A>, d_y: &ArrayRef3<A>) -> Result<LayerGrads<A>> {
-        self.check_tape(tape, d_y)?;
+    pub fn backward(
+        &self,
+        tape: &LayerTape<A>,
+        grad_y: &ArrayRef3<A>,
+    ) -> Result<LayerGrads<A>> {
+        self.check_tape(tape, grad_y)?;
         let [w_q, w_k, w_v, w_o] = self.projections().map(Linear::weight);
         // y = merged · W_O
-        let d_w_o = weight_grad(&tape.merged, d_y)?; // mergedᵀ · dY
-        let d_merged = project_exact(d_y, &transposed(w_o))?; // dY · W_Oᵀ
-        let d_heads = split_heads(&d_merged, self.heads())?; // each head's dO
+        let grad_w_o = weight_grad(&tape.merged, grad_y)?; // mergedᵀ · dY
+        let grad_merged = project_exact(grad_y, &transposed(w_o))?; // dY · W_Oᵀ
+        let grad_heads = split_heads(&grad_merged, self.heads())?; // each head's dO
         // Each head: O = P_drop·V, with P_drop = P ∘ drop (P_drop = P without dropout)
         let dropped = match &tape.drop {
             None => tape.weights.clone(),
             Some(drop) => &tape.weights * drop,
         };
-        let d_v = matmul(&transposed(&dropped), &d_heads)?; // dV = P_dropᵀ·dO
-        let mut d_weights = matmul(&d_heads, &transposed(&tape.v))?; // dP_drop = dO·Vᵀ
+        let grad_v = matmul(&transposed(&dropped), &grad_heads)?; // dV = P_dropᵀ·dO
+        // dP_drop = dO·Vᵀ
+        let mut grad_weights = matmul(&grad_heads, &transposed(&tape.v))?;
         if let Some(drop) = &tape.drop {
-            d_weights = d_weights * drop; // dP = dP_drop ∘ drop
+            grad_weights = grad_weights * drop; // dP = dP_drop ∘ drop
         }
         // P = softmax(S), S = Q·Kᵀ/√d_head: as in sdpa_backward
-        let d_scores = softmax_backward(&tape.weights, &d_weights)?;
+        let grad_scores = softmax_backward(&tape.weights, &grad_weights)?;
         let sqrt_d_head = A::from_len(self.d_head()).sqrt();
-        let d_q = matmul(&d_scores, &tape.k)? / sqrt_d_head;
-        let d_k = matmul(&transposed(&d_scores), &tape.q)? / sqrt_d_head;
+        let grad_q = matmul(&grad_scores, &tape.k)? / sqrt_d_head;
+        let grad_k = matmul(&transposed(&grad_scores), &tape.q)? / sqrt_d_head;
         // q = x · W_Q (cut into heads), and likewise k and v
-        let (d_q, d_k, d_v) = (merge_heads(&d_q)?, merge_heads(&d_k)?, merge_heads(&d_v)?);
-        let d_w_q = weight_grad(&tape.x, &d_q)?; // xᵀ · dQ
-        let d_w_k = weight_grad(&tape.x, &d_k)?;
-        let d_w_v = weight_grad(&tape.x, &d_v)?;
+        let (grad_q, grad_k, grad_v) =
+            (merge_heads(&grad_q)?, merge_heads(&grad_k)?, merge_heads(&grad_v)?);
+        let grad_w_q = weight_grad(&tape.x, &grad_q)?; // xᵀ · dQ
+        let grad_w_k = weight_grad(&tape.x, &grad_k)?;
+        let grad_w_v = weight_grad(&tape.x, &grad_v)?;
         // x went into all three projections: its gradient is the sum of the three paths.
-        let d_x = project_exact(&d_q, &transposed(w_q))?
-            + project_exact(&d_k, &transposed(w_k))?
-            + project_exact(&d_v, &transposed(w_v))?;
-        Ok(LayerGrads { d_x, d_w_q, d_w_k, d_w_v, d_w_o })
+        let grad_x = project_exact(&grad_q, &transposed(w_q))?
+            + project_exact(&grad_k, &transposed(w_k))?
+            + project_exact(&grad_v, &transposed(w_v))?;
+        Ok(LayerGrads { grad_x, grad_w_q, grad_w_k, grad_w_v, grad_w_o })
     }
     // ANCHOR_END: layer_backward
 
     /// Checks that the tape comes from a layer of this shape (`d_model` and heads) and that
-    /// `d_y` has the output's shape.
+    /// `grad_y` has the output's shape.
     // ANCHOR: layer_checks
-    fn check_tape(&self, tape: &LayerTape<A>, d_y: &ArrayRef3<A>) -> Result<()> {
+    fn check_tape(&self, tape: &LayerTape<A>, grad_y: &ArrayRef3<A>) -> Result<()> {
         self.check_input("the tape's x", &tape.x)?;
         if tape.q.dim().1 != self.heads() {
             return Err(AttentionError::Invalid {
@@ -433,7 +441,7 @@ impl<A: Float> MultiHeadAttention<A> {
                 ),
             });
         }
-        same_shape("d_y", d_y.shape(), "the output's", tape.x.shape())
+        same_shape("grad_y", grad_y.shape(), "the output's", tape.x.shape())
     }
 
     /// Checks that `x` is `(batch, L, d_model)` with this layer's `d_model`, nothing empty.
@@ -487,11 +495,11 @@ fn project_exact<A: Float>(x: &ArrayRef3<A>, w: &ArrayRef2<A>) -> Result<Array3<
 
 /// The gradient of `W` in `y = x · W`, over a batch: `xᵀ · dY`, `(d_in, d_out)`, summed
 /// over the batch and the positions (in that order: item 0's tokens first).
-fn weight_grad<A: Float>(x: &ArrayRef3<A>, d_y: &ArrayRef3<A>) -> Result<Array2<A>> {
+fn weight_grad<A: Float>(x: &ArrayRef3<A>, grad_y: &ArrayRef3<A>) -> Result<Array2<A>> {
     let (batch, l, d_in) = x.dim();
     let rows = x.to_shape((batch * l, d_in)).expect("batch and L collapse into rows");
-    let d_rows = d_y.to_shape((batch * l, d_y.dim().2)).expect("the same rows");
-    matmul(&transposed(&rows), &d_rows)
+    let grad_rows = grad_y.to_shape((batch * l, grad_y.dim().2)).expect("the same rows");
+    matmul(&transposed(&rows), &grad_rows)
 }
 // ANCHOR_END: project_exact
 
@@ -510,13 +518,13 @@ mod tests {
     fn softmax_backward_is_the_jacobian_times_d_weights() {
         let mut rng = StdRng::seed_from_u64(4);
         let p = exact::softmax(&random(7, &mut rng));
-        let d_p = random(7, &mut rng);
+        let grad_p = random(7, &mut rng);
         // dSⱼ = Σᵢ dPᵢ ∂pᵢ/∂sⱼ: the Jacobian (symmetric) times dP.
-        let by_jacobian = crate::stats::softmax_jacobian(&p).t().dot(&d_p);
-        let d_s = softmax_backward(&p, &d_p).unwrap();
-        assert!((&d_s - &by_jacobian).iter().all(|d| d.abs() < 1e-15));
+        let by_jacobian = crate::stats::softmax_jacobian(&p).t().dot(&grad_p);
+        let grad_s = softmax_backward(&p, &grad_p).unwrap();
+        assert!((&grad_s - &by_jacobian).iter().all(|d| d.abs() < 1e-15));
         // Its entries sum to 0: adding a constant to every score changes no weight.
-        assert!(d_s.sum().abs() < 1e-15);
+        assert!(grad_s.sum().abs() < 1e-15);
     }
 
     #[test]
@@ -524,7 +532,7 @@ mod tests {
         let p = Array3::<f64>::zeros((2, 3, 4));
         assert_eq!(
             softmax_backward(&p, &Array3::zeros((2, 4, 3))).unwrap_err().to_string(),
-            "d_weights has shape [2, 4, 3] but the weights' shape [2, 3, 4] was expected"
+            "grad_weights has shape [2, 4, 3] but the weights' shape [2, 3, 4] was expected"
         );
         let scalar = ArrayD::<f64>::zeros(IxDyn(&[]));
         assert_eq!(
@@ -539,29 +547,29 @@ mod tests {
         let k = Array3::<f64>::zeros((2, 5, 4));
         let v = Array3::<f64>::zeros((2, 5, 6));
         let p = Array3::<f64>::zeros((2, 3, 5));
-        let d_o = Array3::<f64>::zeros((2, 3, 6));
-        assert!(sdpa_backward(&q, &k, &v, &p, &d_o).is_ok());
+        let grad_o = Array3::<f64>::zeros((2, 3, 6));
+        assert!(sdpa_backward(&q, &k, &v, &p, &grad_o).is_ok());
         fn err(
             q: &Array3<f64>,
             k: &Array3<f64>,
             v: &Array3<f64>,
             p: &Array3<f64>,
-            d_o: &Array3<f64>,
+            grad_o: &Array3<f64>,
         ) -> String {
-            sdpa_backward(q, k, v, p, d_o).unwrap_err().to_string()
+            sdpa_backward(q, k, v, p, grad_o).unwrap_err().to_string()
         }
-        assert_eq!(err(&q, &q, &v, &p, &d_o), "k has L_k = 3 but v has L_k = 5");
+        assert_eq!(err(&q, &q, &v, &p, &grad_o), "k has L_k = 3 but v has L_k = 5");
         assert_eq!(
-            err(&q, &k, &v, &Array3::zeros((2, 5, 3)), &d_o),
+            err(&q, &k, &v, &Array3::zeros((2, 5, 3)), &grad_o),
             "weights has shape [2, 5, 3] but a shape (..., L_q, L_k) = [2, 3, 5] was expected"
         );
         assert_eq!(
             err(&q, &k, &v, &p, &Array3::zeros((2, 3, 4))),
-            "d_o has shape [2, 3, 4] but a shape (..., L_q, d_v) = [2, 3, 6] was expected"
+            "grad_o has shape [2, 3, 4] but a shape (..., L_q, d_v) = [2, 3, 6] was expected"
         );
         assert_eq!(
             err(&q, &k, &v, &p, &Array3::zeros((1, 3, 6))),
-            "d_o has shape [1, 3, 6] but a shape (..., L_q, d_v) = [2, 3, 6] was expected"
+            "grad_o has shape [1, 3, 6] but a shape (..., L_q, d_v) = [2, 3, 6] was expected"
         );
     }
 
@@ -580,13 +588,13 @@ mod tests {
         allowed.slice_mut(s![0, .., 4]).fill(false);
         let mask = Mask::from_array(allowed).unwrap();
         let att = exact::sdpa(&q, &k, &v, Some(&mask)).unwrap();
-        let d_o = random((2, 4, 2), &mut rng);
-        let g = sdpa_backward(&q, &k, &v, &att.weights, &d_o).unwrap();
+        let grad_o = random((2, 4, 2), &mut rng);
+        let g = sdpa_backward(&q, &k, &v, &att.weights, &grad_o).unwrap();
         assert!(att.output.slice(s![1, 2, ..]).iter().all(|&o| o == 0.0));
-        assert!(g.d_q.slice(s![1, 2, ..]).iter().all(|&d| d == 0.0));
-        assert!(g.d_k.slice(s![0, 4, ..]).iter().all(|&d| d == 0.0));
-        assert!(g.d_v.slice(s![0, 4, ..]).iter().all(|&d| d == 0.0));
-        assert!(g.d_q.iter().filter(|&&d| d != 0.0).count() > 10);
+        assert!(g.grad_q.slice(s![1, 2, ..]).iter().all(|&d| d == 0.0));
+        assert!(g.grad_k.slice(s![0, 4, ..]).iter().all(|&d| d == 0.0));
+        assert!(g.grad_v.slice(s![0, 4, ..]).iter().all(|&d| d == 0.0));
+        assert!(g.grad_q.iter().filter(|&&d| d != 0.0).count() > 10);
     }
 
     #[test]
@@ -603,27 +611,29 @@ mod tests {
         assert!((&tape.weights - &att.weights).iter().all(|d| d.abs() < 1e-12));
 
         // The layer's backward is sdpa_backward between the projections' backward passes.
-        let d_y = random((2, 4, 6), &mut rng);
+        let grad_y = random((2, 4, 6), &mut rng);
         let [w_q, w_k, w_v, w_o] = mha.projections().map(Linear::weight);
-        let d_heads = split_heads(&project_exact(&d_y, &transposed(w_o)).unwrap(), 2).unwrap();
-        let g = sdpa_backward(&tape.q, &tape.k, &tape.v, &tape.weights, &d_heads).unwrap();
-        let [d_q, d_k, d_v] = [g.d_q, g.d_k, g.d_v].map(|d| merge_heads(&d).unwrap());
+        let grad_heads =
+            split_heads(&project_exact(&grad_y, &transposed(w_o)).unwrap(), 2).unwrap();
+        let g = sdpa_backward(&tape.q, &tape.k, &tape.v, &tape.weights, &grad_heads).unwrap();
+        let [grad_q, grad_k, grad_v] =
+            [g.grad_q, g.grad_k, g.grad_v].map(|d| merge_heads(&d).unwrap());
         let back =
             |d: &Array3<f64>, w: &Array2<f64>| project_exact(d, &transposed(w)).unwrap();
         let expected = LayerGrads {
-            d_x: back(&d_q, w_q) + back(&d_k, w_k) + back(&d_v, w_v),
-            d_w_q: weight_grad(&x, &d_q).unwrap(),
-            d_w_k: weight_grad(&x, &d_k).unwrap(),
-            d_w_v: weight_grad(&x, &d_v).unwrap(),
-            d_w_o: weight_grad(&tape.merged, &d_y).unwrap(),
+            grad_x: back(&grad_q, w_q) + back(&grad_k, w_k) + back(&grad_v, w_v),
+            grad_w_q: weight_grad(&x, &grad_q).unwrap(),
+            grad_w_k: weight_grad(&x, &grad_k).unwrap(),
+            grad_w_v: weight_grad(&x, &grad_v).unwrap(),
+            grad_w_o: weight_grad(&tape.merged, &grad_y).unwrap(),
         };
-        let grads = mha.backward(&tape, &d_y).unwrap();
+        let grads = mha.backward(&tape, &grad_y).unwrap();
         assert_eq!(grads, expected);
         // A dropout array of ones is no dropout.
         let ones = Array4::ones(tape.weights.dim());
         let (y1, tape1) = mha.forward_train(&x, Some(&mask), Some(&ones)).unwrap();
         assert_eq!(y1, y);
-        assert_eq!(mha.backward(&tape1, &d_y).unwrap(), grads);
+        assert_eq!(mha.backward(&tape1, &grad_y).unwrap(), grads);
     }
 
     #[test]
@@ -639,7 +649,7 @@ mod tests {
         let (_, tape) = mha.forward_train(&Array3::zeros((2, 3, 4)), None, None).unwrap();
         assert_eq!(
             mha.backward(&tape, &Array3::zeros((2, 4, 4))).unwrap_err().to_string(),
-            "d_y has shape [2, 4, 4] but the output's shape [2, 3, 4] was expected"
+            "grad_y has shape [2, 4, 4] but the output's shape [2, 3, 4] was expected"
         );
         let one_head = MultiHeadAttention::new(
             Array2::eye(4),

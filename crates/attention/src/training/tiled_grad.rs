@@ -125,22 +125,22 @@ impl Tiles {
 }
 
 /// The backward of tiled attention (FlashAttention-2, Dao 2023, Algorithm 2): the gradients of
-/// a loss with respect to `q`, `k` and `v`, given `d_o = ∂loss/∂output`, without ever
+/// a loss with respect to `q`, `k` and `v`, given `grad_o = ∂loss/∂output`, without ever
 /// forming an `L_q × L_k` matrix.
 ///
 /// `q: (..., L_q, d_k)`, `k: (..., L_k, d_k)`, `v: (..., L_k, d_v)` and `masking` are what
 /// the forward was given; `output: (..., L_q, d_v)` and `lse: (..., L_q)` are what
-/// [`tiled_sdpa_with_lse`] returned; `d_o: (..., L_q, d_v)`. The weights are recomputed tile
-/// by tile as `P = exp(S − lse)`, and the softmax backward uses `D = rowsum(d_o ∘ output)`
-/// (see the [module](self) documentation). A query that sees no key (`lse = −∞`) has `P = 0`
-/// and contributes nothing: its row of `d_q` is zero, and so are the rows of `d_k` and `d_v`
-/// of a key no query sees.
+/// [`tiled_sdpa_with_lse`] returned; `grad_o: (..., L_q, d_v)`. The weights are recomputed
+/// tile by tile as `P = exp(S − lse)`, and the softmax backward uses
+/// `D = rowsum(grad_o ∘ output)` (see the [module](self) documentation). A query that sees no
+/// key (`lse = −∞`) has `P = 0` and contributes nothing: its row of `grad_q` is zero, and so
+/// are the rows of `grad_k` and `grad_v` of a key no query sees.
 ///
 /// The results equal [`grad::sdpa_backward`](crate::grad::sdpa_backward)'s up to rounding.
 /// One task per (batch, head) matrix runs on rayon's pool (inside `ThreadPool::install` to
 /// choose it), so the result does not depend on the number of threads; the tiles need not be
 /// the forward's. Errors name the operand and its shape: the forward's errors, plus `output`,
-/// `lse` or `d_o` not of the shapes above.
+/// `lse` or `grad_o` not of the shapes above.
 ///
 /// ```
 /// use attention::{mask::Mask, sdpa::sdpa_batched};
@@ -148,24 +148,24 @@ impl Tiles {
 /// use attention::tiled_grad::{tiled_sdpa_backward, tiled_sdpa_with_lse};
 /// use ndarray::{Array3, Axis, s};
 ///
-/// // Two heads of 6 queries and 6 keys, causal; the loss is Σ output ∘ d_o.
+/// // Two heads of 6 queries and 6 keys, causal; the loss is Σ output ∘ grad_o.
 /// let x = Array3::from_shape_fn((2, 6, 4), |(h, i, j)| ((h + 2 * i + 3 * j) % 5) as f64);
-/// let d_o = Array3::from_shape_fn((2, 6, 4), |(h, i, j)| (h + i) as f64 - j as f64);
+/// let grad_o = Array3::from_shape_fn((2, 6, 4), |(h, i, j)| (h + i) as f64 - j as f64);
 /// let tiles = Tiles { block_q: 4, tile_k: 4 };
 /// let (out, lse) = tiled_sdpa_with_lse(&x, &x, &x, Masking::Causal, tiles).unwrap();
-/// let grads = tiled_sdpa_backward(&x, &x, &x, Masking::Causal, &out, &lse, &d_o, tiles)
+/// let grads = tiled_sdpa_backward(&x, &x, &x, Masking::Causal, &out, &lse, &grad_o, tiles)
 ///     .unwrap();
 ///
 /// // dV = Pᵀ·dO, with the weights of the plain path.
 /// let p = sdpa_batched(&x, &x, &x, Some(&Mask::causal(6))).unwrap().weights;
 /// for h in 0..2 {
-///     let expected = p.index_axis(Axis(0), h).t().dot(&d_o.index_axis(Axis(0), h));
-///     let got = grads.d_v.index_axis(Axis(0), h);
+///     let expected = p.index_axis(Axis(0), h).t().dot(&grad_o.index_axis(Axis(0), h));
+///     let got = grads.grad_v.index_axis(Axis(0), h);
 ///     assert!((&got - &expected).iter().all(|d| d.abs() < 1e-12));
 /// }
 ///
 /// let short = lse.slice(s![.., ..5]);
-/// let err = tiled_sdpa_backward(&x, &x, &x, Masking::Causal, &out, &short, &d_o, tiles);
+/// let err = tiled_sdpa_backward(&x, &x, &x, Masking::Causal, &out, &short, &grad_o, tiles);
 /// let expected = "lse has shape [2, 5] but a shape (..., L_q) = [2, 6] was expected";
 /// assert_eq!(err.unwrap_err().to_string(), expected);
 /// ```
@@ -177,7 +177,7 @@ pub fn tiled_sdpa_backward<A: Float, D: Dimension>(
     masking: Masking,
     output: &ArrayRef<A, D>,
     lse: &ArrayRef<A, D::Smaller>,
-    d_o: &ArrayRef<A, D>,
+    grad_o: &ArrayRef<A, D>,
     tiles: Tiles,
 ) -> Result<SdpaGrads<A, D>> {
     let (l_q, l_k, d_k, d_v) = check_qkv(q.shape(), k.shape(), v.shape())?;
@@ -186,7 +186,7 @@ pub fn tiled_sdpa_backward<A: Float, D: Dimension>(
     for (name, found, last, axes) in [
         ("output", output.shape(), &[l_q, d_v][..], "(..., L_q, d_v)"),
         ("lse", lse.shape(), &[l_q], "(..., L_q)"),
-        ("d_o", d_o.shape(), &[l_q, d_v], "(..., L_q, d_v)"),
+        ("grad_o", grad_o.shape(), &[l_q, d_v], "(..., L_q, d_v)"),
     ] {
         let expected = [lead, last].concat();
         if found != expected {
@@ -203,7 +203,7 @@ pub fn tiled_sdpa_backward<A: Float, D: Dimension>(
     let k3 = k.to_shape((count, l_k, d_k)).expect("leading axes collapse into one");
     let v3 = v.to_shape((count, l_k, d_v)).expect("leading axes collapse into one");
     let o3 = output.to_shape((count, l_q, d_v)).expect("leading axes collapse into one");
-    let d_o3 = d_o.to_shape((count, l_q, d_v)).expect("leading axes collapse into one");
+    let grad_o3 = grad_o.to_shape((count, l_q, d_v)).expect("leading axes collapse into one");
     let lse2 = lse.to_shape((count, l_q)).expect("leading axes collapse into one");
     let scale = A::one() / A::from_len(d_k).sqrt();
     let simd = Simd::chosen()?;
@@ -219,19 +219,21 @@ pub fn tiled_sdpa_backward<A: Float, D: Dimension>(
         .zip(grad_v.outer_iter_mut())
         .zip(delta.outer_iter_mut())
         .enumerate()
-        .map(|(b, (((d_q, d_k), d_v), delta))| (b, Grads { d_q, d_k, d_v }, delta))
+        .map(|(b, (((grad_q, grad_k), grad_v), delta))| {
+            (b, Grads { grad_q, grad_k, grad_v }, delta)
+        })
         .collect();
     let scratch = Tiles { block_q: tiles.block_q.min(l_q), tile_k: tiles.tile_k.min(l_k) };
     tasks.into_par_iter().for_each_init(
         || BackwardScratch::new(scratch, simd),
         |scratch, (b, grads, mut delta)| {
-            let (o, d_o) = (o3.index_axis(Axis(0), b), d_o3.index_axis(Axis(0), b));
-            row_dots(&mut delta, &o, &d_o);
+            let (o, grad_o) = (o3.index_axis(Axis(0), b), grad_o3.index_axis(Axis(0), b));
+            row_dots(&mut delta, &o, &grad_o);
             let inputs = Inputs {
                 q: q3.index_axis(Axis(0), b),
                 k: k3.index_axis(Axis(0), b),
                 v: v3.index_axis(Axis(0), b),
-                d_o,
+                grad_o,
                 lse: lse2.index_axis(Axis(0), b),
                 delta: delta.view(),
             };
@@ -241,9 +243,9 @@ pub fn tiled_sdpa_backward<A: Float, D: Dimension>(
     );
 
     Ok(SdpaGrads {
-        d_q: unflatten(grad_q, lead),
-        d_k: unflatten(grad_k, lead),
-        d_v: unflatten(grad_v, lead),
+        grad_q: unflatten(grad_q, lead),
+        grad_k: unflatten(grad_k, lead),
+        grad_v: unflatten(grad_v, lead),
     })
 }
 
@@ -251,29 +253,29 @@ pub fn tiled_sdpa_backward<A: Float, D: Dimension>(
 /// equals `rowsum(dP ∘ P)`, the term the softmax backward subtracts, since `O = P·V` and
 /// `dP = dO·Vᵀ`.
 // ANCHOR: delta
-fn row_dots<A: Float>(delta: &mut ArrayViewMut1<A>, o: &ArrayRef2<A>, d_o: &ArrayRef2<A>) {
-    for ((d, o_row), d_o_row) in delta.iter_mut().zip(o.rows()).zip(d_o.rows()) {
-        *d = o_row.dot(&d_o_row);
+fn row_dots<A: Float>(delta: &mut ArrayViewMut1<A>, o: &ArrayRef2<A>, grad_o: &ArrayRef2<A>) {
+    for ((d, o_row), grad_o_row) in delta.iter_mut().zip(o.rows()).zip(grad_o.rows()) {
+        *d = o_row.dot(&grad_o_row);
     }
 }
 // ANCHOR_END: delta
 
 /// One matrix's inputs to the backward: `q: (L_q, d_k)`, `k: (L_k, d_k)`, `v: (L_k, d_v)`,
-/// `d_o: (L_q, d_v)`, `lse: (L_q)` and `delta` (`D`): `(L_q)`.
+/// `grad_o: (L_q, d_v)`, `lse: (L_q)` and `delta` (`D`): `(L_q)`.
 struct Inputs<'a, A> {
     q: ArrayView2<'a, A>,
     k: ArrayView2<'a, A>,
     v: ArrayView2<'a, A>,
-    d_o: ArrayView2<'a, A>,
+    grad_o: ArrayView2<'a, A>,
     lse: ArrayView1<'a, A>,
     delta: ArrayView1<'a, A>,
 }
 
 /// One matrix's gradients, written in place.
 struct Grads<'a, A> {
-    d_q: ArrayViewMut2<'a, A>,
-    d_k: ArrayViewMut2<'a, A>,
-    d_v: ArrayViewMut2<'a, A>,
+    grad_q: ArrayViewMut2<'a, A>,
+    grad_k: ArrayViewMut2<'a, A>,
+    grad_v: ArrayViewMut2<'a, A>,
 }
 
 /// What one thread reuses from task to task: the tile of `S`, then `P`, and the tile of `dP`,
@@ -307,8 +309,8 @@ fn backward_matrix<A: Float>(
     let causal = masks.is_none() && matches!(masking, Masking::Causal);
     for j0 in (0..l_k).step_by(tiles.tile_k) {
         let keys = j0..(j0 + tiles.tile_k).min(l_k);
-        let mut d_k_j = grads.d_k.slice_mut(s![keys.clone(), ..]); // dK_j and dV_j stay
-        let mut d_v_j = grads.d_v.slice_mut(s![keys.clone(), ..]); // here until j is done
+        let mut grad_k_j = grads.grad_k.slice_mut(s![keys.clone(), ..]); // dK_j and dV_j stay
+        let mut grad_v_j = grads.grad_v.slice_mut(s![keys.clone(), ..]); // until j is done
         // Causal: queries before j0 see none of these keys; start at the block holding j0.
         let first = if causal { j0 / tiles.block_q * tiles.block_q } else { 0 };
         for i0 in (first..l_q).step_by(tiles.block_q) {
@@ -319,10 +321,10 @@ fn backward_matrix<A: Float>(
             {
                 continue; // no query of the block sees any of these keys
             }
-            let mut d_q_i = grads.d_q.slice_mut(s![rows.clone(), ..]);
+            let mut grad_q_i = grads.grad_q.slice_mut(s![rows.clone(), ..]);
             let block = Block {
                 q: x.q.slice(s![rows.clone(), ..]),
-                d_o: x.d_o.slice(s![rows.clone(), ..]),
+                grad_o: x.grad_o.slice(s![rows.clone(), ..]),
                 lse: x.lse.slice(s![rows.clone()]),
                 delta: x.delta.slice(s![rows]),
                 k: x.k.slice(s![keys.clone(), ..]),
@@ -330,18 +332,18 @@ fn backward_matrix<A: Float>(
                 visible,
                 at: (i0, j0),
             };
-            backward_step(&block, scale, &mut d_q_i, &mut d_k_j, &mut d_v_j, scratch);
+            backward_step(&block, scale, &mut grad_q_i, &mut grad_k_j, &mut grad_v_j, scratch);
         }
     }
 }
 // ANCHOR_END: backward_loops
 
-/// One (query block, key block) pair: rows `at.0..` of `q`, `d_o`, `lse` and `D`, rows
+/// One (query block, key block) pair: rows `at.0..` of `q`, `grad_o`, `lse` and `D`, rows
 /// `at.1..` of `k` and `v`, and which of the pair's scores are visible.
 // ANCHOR: backward_step
 struct Block<'a, A> {
     q: ArrayView2<'a, A>,
-    d_o: ArrayView2<'a, A>,
+    grad_o: ArrayView2<'a, A>,
     lse: ArrayView1<'a, A>,
     delta: ArrayView1<'a, A>,
     k: ArrayView2<'a, A>,
@@ -357,9 +359,9 @@ struct Block<'a, A> {
 fn backward_step<A: Float>(
     x: &Block<A>,
     scale: A,
-    d_q_i: &mut ArrayRef2<A>,
-    d_k_j: &mut ArrayRef2<A>,
-    d_v_j: &mut ArrayRef2<A>,
+    grad_q_i: &mut ArrayRef2<A>,
+    grad_k_j: &mut ArrayRef2<A>,
+    grad_v_j: &mut ArrayRef2<A>,
     scratch: &mut BackwardScratch<A>,
 ) {
     let (n_q, n_k) = (x.q.nrows(), x.k.nrows());
@@ -378,15 +380,15 @@ fn backward_step<A: Float>(
         }
     }
     // dV_j += Pᵀ · dO_i
-    general_mat_mul(A::one(), &p.t(), &x.d_o, A::one(), d_v_j);
+    general_mat_mul(A::one(), &p.t(), &x.grad_o, A::one(), grad_v_j);
     // dP = dO_i · V_jᵀ, then dS = P ∘ (dP − D_i), in place.
-    general_mat_mul(A::one(), &x.d_o, &x.v.t(), A::zero(), &mut ds);
+    general_mat_mul(A::one(), &x.grad_o, &x.v.t(), A::zero(), &mut ds);
     for ((mut ds_row, p_row), &d) in ds.rows_mut().into_iter().zip(p.rows()).zip(x.delta) {
         ds_row.zip_mut_with(&p_row, |ds, &p| *ds = p * (*ds - d));
     }
     // dQ_i += dS · K_j / √d_k and dK_j += dSᵀ · Q_i / √d_k
-    general_mat_mul(scale, &ds, &x.k, A::one(), d_q_i);
-    general_mat_mul(scale, &ds.t(), &x.q, A::one(), d_k_j);
+    general_mat_mul(scale, &ds, &x.k, A::one(), grad_q_i);
+    general_mat_mul(scale, &ds.t(), &x.q, A::one(), grad_k_j);
 }
 // ANCHOR_END: backward_step
 
@@ -413,21 +415,21 @@ mod tests {
     /// The plain path: `exact::sdpa`'s weights, then `grad::sdpa_backward`.
     fn plain<A: Float>(c: &Case<A>) -> SdpaGrads<A, ndarray::Ix4> {
         let p = exact::sdpa(&c.q, &c.k, &c.v, c.mask.as_ref()).unwrap().weights;
-        sdpa_backward(&c.q, &c.k, &c.v, &p, &c.d_o).unwrap()
+        sdpa_backward(&c.q, &c.k, &c.v, &p, &c.grad_o).unwrap()
     }
 
     /// The tiled path: `tiled_sdpa_with_lse`, then `tiled_sdpa_backward`.
     fn tiled<A: Float>(c: &Case<A>, tiles: Tiles) -> SdpaGrads<A, ndarray::Ix4> {
         let masking = c.masking();
         let (out, lse) = tiled_sdpa_with_lse(&c.q, &c.k, &c.v, masking, tiles).unwrap();
-        tiled_sdpa_backward(&c.q, &c.k, &c.v, masking, &out, &lse, &c.d_o, tiles).unwrap()
+        tiled_sdpa_backward(&c.q, &c.k, &c.v, masking, &out, &lse, &c.grad_o, tiles).unwrap()
     }
 
     /// The largest `|a − b| / (atol + rtol·|b|)` over the three gradients: at most 1 means
     /// within tolerance.
     fn worst<A: Float>(a: &SdpaGrads<A, ndarray::Ix4>, b: &SdpaGrads<A, ndarray::Ix4>) -> f64 {
         let tol = if size_of::<A>() == 4 { 1e-5 } else { 1e-12 }; // atol = rtol
-        let pairs = [(&a.d_q, &b.d_q), (&a.d_k, &b.d_k), (&a.d_v, &b.d_v)];
+        let pairs = [(&a.grad_q, &b.grad_q), (&a.grad_k, &b.grad_k), (&a.grad_v, &b.grad_v)];
         pairs
             .iter()
             .flat_map(|(a, b)| {
@@ -455,7 +457,7 @@ mod tests {
         q: Array4<A>,
         k: Array4<A>,
         v: Array4<A>,
-        d_o: Array4<A>,
+        grad_o: Array4<A>,
         kind: Kind,
         /// The mask for the plain path (causal too).
         mask: Option<Mask>,
@@ -482,7 +484,7 @@ mod tests {
             })
         };
         let (q, k) = (random((batch, heads, l_q, d_k)), random((batch, heads, l_k, d_k)));
-        let (v, d_o) = (random((batch, heads, l_k, d_v)), random((batch, heads, l_q, d_v)));
+        let (v, grad_o) = (random((batch, heads, l_k, d_v)), random((batch, heads, l_q, d_v)));
         let mut rng = StdRng::seed_from_u64(seed ^ 0x5eed);
         let mask = match kind {
             Kind::All => None,
@@ -503,7 +505,7 @@ mod tests {
                 Some(Mask::padding(&valid, l_q, l_k).unwrap().for_heads())
             }
         };
-        Case { q, k, v, d_o, kind, mask }
+        Case { q, k, v, grad_o, kind, mask }
     }
 
     fn kinds() -> impl Strategy<Value = Kind> {
@@ -582,10 +584,10 @@ mod tests {
         assert_eq!(lse[[0, 0, 2]], A::neg_infinity());
         assert!(lse.iter().filter(|&&x| x == A::neg_infinity()).count() == 1);
         let g = tiled(&c, tiles);
-        assert!(g.d_q.iter().chain(&g.d_k).chain(&g.d_v).all(|x| x.is_finite()));
-        assert!(g.d_q.slice(s![0, 0, 2, ..]).iter().all(|&x| x == A::zero()));
-        assert!(g.d_k.slice(s![0, 0, 3, ..]).iter().all(|&x| x == A::zero()));
-        assert!(g.d_v.slice(s![0, 0, 3, ..]).iter().all(|&x| x == A::zero()));
+        assert!(g.grad_q.iter().chain(&g.grad_k).chain(&g.grad_v).all(|x| x.is_finite()));
+        assert!(g.grad_q.slice(s![0, 0, 2, ..]).iter().all(|&x| x == A::zero()));
+        assert!(g.grad_k.slice(s![0, 0, 3, ..]).iter().all(|&x| x == A::zero()));
+        assert!(g.grad_v.slice(s![0, 0, 3, ..]).iter().all(|&x| x == A::zero()));
         assert!(worst(&g, &plain(&c)) <= 1.0);
     }
 
@@ -613,8 +615,8 @@ mod tests {
         let c = case::<f64>([1, 2, 4, 5, 3, 2], Kind::All, 1);
         let tiles = Tiles::default();
         let (out, lse) = tiled_sdpa_with_lse(&c.q, &c.k, &c.v, Masking::All, tiles).unwrap();
-        let back = |out: &Array4<f64>, lse: &ndarray::Array3<f64>, d_o: &Array4<f64>| {
-            tiled_sdpa_backward(&c.q, &c.k, &c.v, Masking::All, out, lse, d_o, tiles)
+        let back = |out: &Array4<f64>, lse: &ndarray::Array3<f64>, grad_o: &Array4<f64>| {
+            tiled_sdpa_backward(&c.q, &c.k, &c.v, Masking::All, out, lse, grad_o, tiles)
                 .unwrap_err()
                 .to_string()
         };
@@ -623,33 +625,33 @@ mod tests {
         };
         let wide = Array4::zeros((1, 2, 4, 3));
         let want = expected("output", "[1, 2, 4, 3]", "(..., L_q, d_v)", "[1, 2, 4, 2]");
-        assert_eq!(back(&wide, &lse, &c.d_o), want);
+        assert_eq!(back(&wide, &lse, &c.grad_o), want);
         let short = Array4::zeros((1, 2, 3, 2));
-        let want = expected("d_o", "[1, 2, 3, 2]", "(..., L_q, d_v)", "[1, 2, 4, 2]");
+        let want = expected("grad_o", "[1, 2, 3, 2]", "(..., L_q, d_v)", "[1, 2, 4, 2]");
         assert_eq!(back(&out, &lse, &short), want);
         let other_batch = Array4::zeros((2, 2, 4, 2));
-        let want = expected("d_o", "[2, 2, 4, 2]", "(..., L_q, d_v)", "[1, 2, 4, 2]");
+        let want = expected("grad_o", "[2, 2, 4, 2]", "(..., L_q, d_v)", "[1, 2, 4, 2]");
         assert_eq!(back(&out, &lse, &other_batch), want);
         let lse3 = ndarray::Array3::zeros((1, 3, 4));
         let want = expected("lse", "[1, 3, 4]", "(..., L_q)", "[1, 2, 4]");
-        assert_eq!(back(&out, &lse3, &c.d_o), want);
+        assert_eq!(back(&out, &lse3, &c.grad_o), want);
         // With dynamic axes, lse can have the wrong number of them.
         let dy = |a: &Array4<f64>| a.clone().into_dyn();
-        let (q, k, v, o, d_o) = (dy(&c.q), dy(&c.k), dy(&c.v), dy(&out), dy(&c.d_o));
+        let (q, k, v, o, grad_o) = (dy(&c.q), dy(&c.k), dy(&c.v), dy(&out), dy(&c.grad_o));
         let flat: ArrayD<f64> = ArrayD::zeros(IxDyn(&[8]));
-        let err = tiled_sdpa_backward(&q, &k, &v, Masking::All, &o, &flat, &d_o, tiles);
+        let err = tiled_sdpa_backward(&q, &k, &v, Masking::All, &o, &flat, &grad_o, tiles);
         let want = expected("lse", "[8]", "(..., L_q)", "[1, 2, 4]");
         assert_eq!(err.unwrap_err().to_string(), want);
         let mask = Mask::causal(5);
         let m = Masking::Mask(&mask);
-        let err = tiled_sdpa_backward(&c.q, &c.k, &c.v, m, &out, &lse, &c.d_o, tiles);
+        let err = tiled_sdpa_backward(&c.q, &c.k, &c.v, m, &out, &lse, &c.grad_o, tiles);
         assert_eq!(
             err.unwrap_err().to_string(),
             "mask has shape [5, 5], which does not broadcast to the scores' shape [1, 2, 4, 5]"
         );
         let zero = Tiles { block_q: 0, tile_k: 1 };
         let err =
-            tiled_sdpa_backward(&c.q, &c.k, &c.v, Masking::All, &out, &lse, &c.d_o, zero);
+            tiled_sdpa_backward(&c.q, &c.k, &c.v, Masking::All, &out, &lse, &c.grad_o, zero);
         assert_eq!(
             err.unwrap_err().to_string(),
             "tiles has block_q = 0: it must be at least 1"

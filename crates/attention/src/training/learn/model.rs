@@ -444,7 +444,7 @@ impl TinyTransformer {
     }
     // ANCHOR_END: dropout_masks
 
-    /// The backward pass: from `d_logits: (batch, L, vocab)` (the gradient of the loss with
+    /// The backward pass: from `grad_logits: (batch, L, vocab)` (the gradient of the loss with
     /// respect to the logits) and the tape of [`TinyTransformer::forward_train`], the
     /// gradient of every parameter.
     ///
@@ -463,41 +463,46 @@ impl TinyTransformer {
     /// let model = TinyTransformer::new(&config, &mut StdRng::seed_from_u64(1)).unwrap();
     /// let (logits, tape) = model.forward_train(&array![[0, 2]], None).unwrap();
     /// let flat = logits.into_shape_with_order((2, 3)).unwrap();
-    /// let (_, d_logits) = cross_entropy(&flat, &[Some(2), Some(0)]).unwrap();
-    /// let d_logits = d_logits.into_shape_with_order((1, 2, 3)).unwrap();
-    /// let grads = model.backward(&tape, &d_logits).unwrap();
+    /// let (_, grad_logits) = cross_entropy(&flat, &[Some(2), Some(0)]).unwrap();
+    /// let grad_logits = grad_logits.into_shape_with_order((1, 2, 3)).unwrap();
+    /// let grads = model.backward(&tape, &grad_logits).unwrap();
     /// assert_eq!(grads.tokens.row(1).to_vec(), [0.0; 4]); // token 1 was not in the input
     /// ```
     // ANCHOR: model_backward
-    pub fn backward(&self, tape: &ModelTape, d_logits: &ArrayRef3<f64>) -> Result<ModelGrads> {
+    pub fn backward(
+        &self,
+        tape: &ModelTape,
+        grad_logits: &ArrayRef3<f64>,
+    ) -> Result<ModelGrads> {
         if tape.layers.len() != self.layers.len() {
             let (taped, here) = (tape.layers.len(), self.layers.len());
             return Err(AttentionError::mismatch("tape", taped, "model", here, "layers"));
         }
         let (batch, len) = tape.tokens.dim();
         let (vocab, d_model) = (self.config.vocab, self.config.d_model);
-        if d_logits.dim() != (batch, len, vocab) {
+        if grad_logits.dim() != (batch, len, vocab) {
             let expected =
                 format!("(batch, L, vocab) = {:?} was expected", (batch, len, vocab));
-            return Err(AttentionError::shape("d_logits", d_logits.shape(), &expected));
+            return Err(AttentionError::shape("grad_logits", grad_logits.shape(), &expected));
         }
-        let d_logits = d_logits.to_shape((batch * len, vocab)).expect("rows");
-        let ReadoutGrads { d_h, d_w: w_out, d_b: b_out } =
-            readout_backward(&tape.hidden, &self.w_out, &d_logits)?;
-        let mut d_x = d_h.into_shape_with_order((batch, len, d_model)).expect("rows");
+        let grad_logits = grad_logits.to_shape((batch * len, vocab)).expect("rows");
+        let ReadoutGrads { grad_h, grad_w: w_out, grad_b: b_out } =
+            readout_backward(&tape.hidden, &self.w_out, &grad_logits)?;
+        let mut grad_x = grad_h.into_shape_with_order((batch, len, d_model)).expect("rows");
         let mut layers = Vec::with_capacity(self.layers.len());
         for (layer, layer_tape) in self.layers.iter().zip(&tape.layers).rev() {
-            let g = layer.backward(layer_tape, &d_x)?;
-            d_x += &g.d_x; // x_out = x + f(x): the gradient of x is d_x_out + f's backward
-            layers.push([g.d_w_q, g.d_w_k, g.d_w_v, g.d_w_o]);
+            let g = layer.backward(layer_tape, &grad_x)?;
+            // x_out = x + f(x): the gradient of x is grad_x_out + f's backward
+            grad_x += &g.grad_x;
+            layers.push([g.grad_w_q, g.grad_w_k, g.grad_w_v, g.grad_w_o]);
         }
         layers.reverse(); // first layer first
         let positions = self.positions.as_ref().map(|p| {
-            let mut d_positions = Array2::zeros(p.dim()); // rows beyond L get no gradient
-            d_positions.slice_mut(s![..len, ..]).assign(&positions_backward(&d_x));
-            d_positions
+            let mut grad_positions = Array2::zeros(p.dim()); // rows beyond L get no gradient
+            grad_positions.slice_mut(s![..len, ..]).assign(&positions_backward(&grad_x));
+            grad_positions
         });
-        let tokens = embed_backward(&tape.tokens, &d_x, vocab)?;
+        let tokens = embed_backward(&tape.tokens, &grad_x, vocab)?;
         Ok(ModelGrads { tokens, positions, layers, w_out, b_out })
     }
     // ANCHOR_END: model_backward
@@ -526,9 +531,9 @@ impl TinyTransformer {
         let (logits, tape) = self.forward_train(&batch.tokens, drops)?;
         let (b, len, vocab) = logits.dim();
         let flat = logits.into_shape_with_order((b * len, vocab)).expect("rows");
-        let (loss, d_logits) = cross_entropy(&flat, &batch.targets)?;
-        let d_logits = d_logits.into_shape_with_order((b, len, vocab)).expect("rows");
-        Ok((loss, self.backward(&tape, &d_logits)?))
+        let (loss, grad_logits) = cross_entropy(&flat, &batch.targets)?;
+        let grad_logits = grad_logits.into_shape_with_order((b, len, vocab)).expect("rows");
+        Ok((loss, self.backward(&tape, &grad_logits)?))
     }
     // ANCHOR_END: loss_and_grads
 

@@ -22,11 +22,11 @@ use super::*;
 /// use ndarray::array;
 ///
 /// let logits = array![[0.0, 0.0], [5.0, -5.0], [1.0, 2.0]];
-/// let (loss, d_logits) = cross_entropy(&logits, &[Some(0), None, Some(1)]).unwrap();
+/// let (loss, grad_logits) = cross_entropy(&logits, &[Some(0), None, Some(1)]).unwrap();
 /// let expected = (2f64.ln() + (1.0 + (-1f64).exp()).ln()) / 2.0;
 /// assert!((loss - expected).abs() < 1e-15);
-/// assert_eq!(d_logits.row(1).to_vec(), [0.0, 0.0]); // row 1 is not scored
-/// assert_eq!(d_logits.row(0).to_vec(), [-0.25, 0.25]); // (softmax − one-hot) / 2
+/// assert_eq!(grad_logits.row(1).to_vec(), [0.0, 0.0]); // row 1 is not scored
+/// assert_eq!(grad_logits.row(0).to_vec(), [-0.25, 0.25]); // (softmax − one-hot) / 2
 /// ```
 // ANCHOR: cross_entropy
 pub fn cross_entropy(
@@ -42,7 +42,7 @@ pub fn cross_entropy(
         return Err(invalid_setting("targets", "no position is scored".into()));
     }
     let mut total = 0.0;
-    let mut d_logits = Array2::zeros((n, classes));
+    let mut grad_logits = Array2::zeros((n, classes));
     for (i, target) in targets.iter().enumerate() {
         let Some(t) = *target else { continue }; // not scored: no loss, no gradient
         if t >= classes {
@@ -59,10 +59,10 @@ pub fn cross_entropy(
         for (j, &x) in z.iter().enumerate() {
             let p = exact::exp(x - max) / sum;
             let one_hot = if j == t { 1.0 } else { 0.0 };
-            d_logits[[i, j]] = (p - one_hot) / scored as f64;
+            grad_logits[[i, j]] = (p - one_hot) / scored as f64;
         }
     }
-    Ok((total / scored as f64, d_logits))
+    Ok((total / scored as f64, grad_logits))
 }
 // ANCHOR_END: cross_entropy
 
@@ -95,7 +95,7 @@ pub fn embed(table: &ArrayRef2<f64>, tokens: &ArrayRef2<usize>) -> Result<Array3
 // ANCHOR_END: embed
 
 /// The backward of [`embed`]: the gradient of the table, `(vocab, d_model)`. Row `t` is the
-/// sum of the rows of `d_x: (batch, L, d_model)` at every position holding token `t`,
+/// sum of the rows of `grad_x: (batch, L, d_model)` at every position holding token `t`,
 /// added in the order `b`, then `i` (a scatter-add); rows of unseen tokens are zero.
 ///
 /// ```
@@ -103,52 +103,52 @@ pub fn embed(table: &ArrayRef2<f64>, tokens: &ArrayRef2<usize>) -> Result<Array3
 /// use ndarray::array;
 ///
 /// let tokens = array![[1, 0, 1]];
-/// let d_x = array![[[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]]];
-/// let d_table = embed_backward(&tokens, &d_x, 3).unwrap();
-/// assert_eq!(d_table, array![[3.0, 4.0], [6.0, 8.0], [0.0, 0.0]]);
+/// let grad_x = array![[[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]]];
+/// let grad_table = embed_backward(&tokens, &grad_x, 3).unwrap();
+/// assert_eq!(grad_table, array![[3.0, 4.0], [6.0, 8.0], [0.0, 0.0]]);
 /// ```
 // ANCHOR: embed_backward
 pub fn embed_backward(
     tokens: &ArrayRef2<usize>,
-    d_x: &ArrayRef3<f64>,
+    grad_x: &ArrayRef3<f64>,
     vocab: usize,
 ) -> Result<Array2<f64>> {
-    let (batch, len, d_model) = d_x.dim();
+    let (batch, len, d_model) = grad_x.dim();
     if tokens.dim() != (batch, len) {
-        let expected = format!("(batch, L) = ({batch}, {len}), as d_x, was expected");
+        let expected = format!("(batch, L) = ({batch}, {len}), as grad_x, was expected");
         return Err(AttentionError::shape("tokens", tokens.shape(), &expected));
     }
-    let mut d_table = Array2::zeros((vocab, d_model));
+    let mut grad_table = Array2::zeros((vocab, d_model));
     for ((b, i), &id) in tokens.indexed_iter() {
         if id >= vocab {
             return Err(AttentionError::TokenId { id, size: vocab });
         }
-        let mut row = d_table.row_mut(id);
-        row += &d_x.slice(s![b, i, ..]);
+        let mut row = grad_table.row_mut(id);
+        row += &grad_x.slice(s![b, i, ..]);
     }
-    Ok(d_table)
+    Ok(grad_table)
 }
 // ANCHOR_END: embed_backward
 
 /// The backward of adding learned positions to every item of a batch: row `i` of the
-/// gradient is `Σ_b d_x[b, i, ..]`, summed in the order of `b`. `d_x: (batch, L, d_model)`
-/// gives `(L, d_model)`.
+/// gradient is `Σ_b grad_x[b, i, ..]`, summed in the order of `b`.
+/// `grad_x: (batch, L, d_model)` gives `(L, d_model)`.
 ///
 /// ```
 /// use attention::learn::positions_backward;
 /// use ndarray::array;
 ///
-/// let d_x = array![[[1.0, 2.0], [3.0, 4.0]], [[10.0, 20.0], [30.0, 40.0]]];
-/// assert_eq!(positions_backward(&d_x), array![[11.0, 22.0], [33.0, 44.0]]);
+/// let grad_x = array![[[1.0, 2.0], [3.0, 4.0]], [[10.0, 20.0], [30.0, 40.0]]];
+/// assert_eq!(positions_backward(&grad_x), array![[11.0, 22.0], [33.0, 44.0]]);
 /// ```
 // ANCHOR: positions_backward
-pub fn positions_backward(d_x: &ArrayRef3<f64>) -> Array2<f64> {
-    let (_, len, d_model) = d_x.dim();
-    let mut d_positions = Array2::zeros((len, d_model));
-    for item in d_x.outer_iter() {
-        d_positions += &item; // one batch item after the other
+pub fn positions_backward(grad_x: &ArrayRef3<f64>) -> Array2<f64> {
+    let (_, len, d_model) = grad_x.dim();
+    let mut grad_positions = Array2::zeros((len, d_model));
+    for item in grad_x.outer_iter() {
+        grad_positions += &item; // one batch item after the other
     }
-    d_positions
+    grad_positions
 }
 // ANCHOR_END: positions_backward
 
@@ -189,22 +189,23 @@ pub fn readout(
 /// use attention::learn::{readout_backward, ReadoutGrads};
 /// use ndarray::array;
 ///
-/// let ReadoutGrads { d_h, d_w, d_b } =
+/// let ReadoutGrads { grad_h, grad_w, grad_b } =
 ///     readout_backward(&array![[1.0, 2.0]], &array![[1.0], [3.0]], &array![[0.5]]).unwrap();
-/// assert_eq!((d_h, d_w, d_b), (array![[0.5, 1.5]], array![[0.5], [1.0]], array![0.5]));
+/// let expected = (array![[0.5, 1.5]], array![[0.5], [1.0]], array![0.5]);
+/// assert_eq!((grad_h, grad_w, grad_b), expected);
 /// ```
 #[derive(Debug, Clone, PartialEq)]
 pub struct ReadoutGrads {
     /// `(n, d_model)`: `∂L/∂H = ∂L/∂logits · Wᵀ`.
-    pub d_h: Array2<f64>,
+    pub grad_h: Array2<f64>,
     /// `(d_model, classes)`: `∂L/∂W = Hᵀ · ∂L/∂logits`.
-    pub d_w: Array2<f64>,
+    pub grad_w: Array2<f64>,
     /// `(classes)`: `∂L/∂b`, the column sums of `∂L/∂logits`.
-    pub d_b: Array1<f64>,
+    pub grad_b: Array1<f64>,
 }
 
 /// The backward of [`readout`], given the input `h: (n, d_model)`, the weight
-/// `w: (d_model, classes)` and `d_logits: (n, classes)`. The bias's gradient adds the rows
+/// `w: (d_model, classes)` and `grad_logits: (n, classes)`. The bias's gradient adds the rows
 /// in order; the products go through [`exact::matmul`].
 ///
 /// ```
@@ -213,42 +214,42 @@ pub struct ReadoutGrads {
 ///
 /// let g = readout_backward(&array![[1.0, 2.0], [0.0, 1.0]], &array![[1.0], [3.0]],
 ///                          &array![[0.5], [-1.0]]).unwrap();
-/// assert_eq!(g.d_b, array![-0.5]);
-/// assert_eq!(g.d_w, array![[0.5], [0.0]]); // [1·0.5 + 0·(−1), 2·0.5 + 1·(−1)]
+/// assert_eq!(g.grad_b, array![-0.5]);
+/// assert_eq!(g.grad_w, array![[0.5], [0.0]]); // [1·0.5 + 0·(−1), 2·0.5 + 1·(−1)]
 /// ```
 // ANCHOR: readout_backward
 pub fn readout_backward(
     h: &ArrayRef2<f64>,
     w: &ArrayRef2<f64>,
-    d_logits: &ArrayRef2<f64>,
+    grad_logits: &ArrayRef2<f64>,
 ) -> Result<ReadoutGrads> {
-    if d_logits.nrows() != h.nrows() {
+    if grad_logits.nrows() != h.nrows() {
         return Err(AttentionError::mismatch(
             "h",
             h.nrows(),
-            "d_logits",
-            d_logits.nrows(),
+            "grad_logits",
+            grad_logits.nrows(),
             "n",
         ));
     }
     if h.ncols() != w.nrows() {
         return Err(AttentionError::mismatch("h", h.ncols(), "W", w.nrows(), "d_model"));
     }
-    if d_logits.ncols() != w.ncols() {
+    if grad_logits.ncols() != w.ncols() {
         return Err(AttentionError::mismatch(
             "W",
             w.ncols(),
-            "d_logits",
-            d_logits.ncols(),
+            "grad_logits",
+            grad_logits.ncols(),
             "classes",
         ));
     }
-    let d_w = exact::matmul(&h.t(), d_logits)?; // (d_model, classes)
-    let d_h = exact::matmul(d_logits, &w.t())?; // (n, d_model)
-    let mut d_b = Array1::zeros(d_logits.ncols());
-    for row in d_logits.rows() {
-        d_b += &row; // row after row
+    let grad_w = exact::matmul(&h.t(), grad_logits)?; // (d_model, classes)
+    let grad_h = exact::matmul(grad_logits, &w.t())?; // (n, d_model)
+    let mut grad_b = Array1::zeros(grad_logits.ncols());
+    for row in grad_logits.rows() {
+        grad_b += &row; // row after row
     }
-    Ok(ReadoutGrads { d_h, d_w, d_b })
+    Ok(ReadoutGrads { grad_h, grad_w, grad_b })
 }
 // ANCHOR_END: readout_backward

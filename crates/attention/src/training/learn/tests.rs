@@ -52,7 +52,7 @@ fn cross_entropy_matches_finite_differences() {
     let targets = [Some(0), None, Some(4), Some(4), None, Some(2)];
     let (_, analytic) = cross_entropy(&logits, &targets).unwrap();
     let fd = finite_differences(&logits, |z| cross_entropy(z, &targets).unwrap().0);
-    assert_close(&fd, &analytic, "d_logits");
+    assert_close(&fd, &analytic, "grad_logits");
     assert!(analytic.row(1).iter().all(|&g| g == 0.0));
     // Each scored row of the gradient sums to 0 (softmax minus a one-hot).
     assert!(analytic.rows().into_iter().all(|r| r.sum().abs() < 1e-15));
@@ -85,9 +85,9 @@ fn embedding_and_positions_match_finite_differences() {
         (&add_positions(&embed(e, &tokens).unwrap(), p).unwrap() * &c).sum()
     };
     let fd = finite_differences(&table, |e| loss(e, &positions));
-    assert_close(&fd, &embed_backward(&tokens, &c, 5).unwrap(), "d_table");
+    assert_close(&fd, &embed_backward(&tokens, &c, 5).unwrap(), "grad_table");
     let fd = finite_differences(&positions, |p| loss(&table, p));
-    assert_close(&fd, &positions_backward(&c), "d_positions");
+    assert_close(&fd, &positions_backward(&c), "grad_positions");
     assert!(embed_backward(&tokens, &c, 5).unwrap().row(4).iter().all(|&g| g == 0.0));
     let err = embed_backward(&array![[0, 1]], &c, 5).unwrap_err();
     assert!(err.to_string().contains("(batch, L) = (2, 3)"), "{err}");
@@ -104,17 +104,17 @@ fn readout_matches_finite_differences() {
         (&readout(h, w, b).unwrap() * &c).sum()
     };
     let g = readout_backward(&h, &w, &c).unwrap();
-    assert_close(&finite_differences(&h, |h| loss(h, &w, &b)), &g.d_h, "d_h");
-    assert_close(&finite_differences(&w, |w| loss(&h, w, &b)), &g.d_w, "d_w");
-    assert_close(&finite_differences(&b, |b| loss(&h, &w, b)), &g.d_b, "d_b");
+    assert_close(&finite_differences(&h, |h| loss(h, &w, &b)), &g.grad_h, "grad_h");
+    assert_close(&finite_differences(&w, |w| loss(&h, w, &b)), &g.grad_w, "grad_w");
+    assert_close(&finite_differences(&b, |b| loss(&h, &w, b)), &g.grad_b, "grad_b");
     assert!(readout_backward(&h, &w, &c.slice(s![..4, ..])).is_err());
-    // W must have d_model = 4 rows, and as many columns as d_logits.
+    // W must have d_model = 4 rows, and as many columns as grad_logits.
     let err = readout(&h, &w.slice(s![..3, ..]), &b).unwrap_err();
     assert_eq!(err.to_string(), "h has d_model = 4 but W has d_model = 3");
     let err = readout_backward(&h, &w.slice(s![..3, ..]), &c).unwrap_err();
     assert_eq!(err.to_string(), "h has d_model = 4 but W has d_model = 3");
     let err = readout_backward(&h, &w.slice(s![.., ..2]), &c).unwrap_err();
-    assert_eq!(err.to_string(), "W has classes = 2 but d_logits has classes = 3");
+    assert_eq!(err.to_string(), "W has classes = 2 but grad_logits has classes = 3");
 }
 
 fn tiny_model(positions: bool) -> (TinyTransformer, Batch) {
@@ -166,9 +166,9 @@ fn the_model_matches_finite_differences() {
                 assert!(close(fd, a), "tensor {k}, entry {index}: {fd} vs {a}");
             }
         }
-        if let Some(d_positions) = &grads.positions {
-            assert!(d_positions.row(4).iter().all(|&g| g == 0.0));
-            assert!(d_positions.row(0).iter().any(|&g| g != 0.0));
+        if let Some(grad_positions) = &grads.positions {
+            assert!(grad_positions.row(4).iter().all(|&g| g == 0.0));
+            assert!(grad_positions.row(0).iter().any(|&g| g != 0.0));
         }
     }
 }
@@ -180,12 +180,12 @@ fn the_backward_checks_the_tapes_layers() {
     let config = ModelConfig { layers: 1, ..model.config().clone() };
     let one = TinyTransformer::new(&config, &mut StdRng::seed_from_u64(4)).unwrap();
     let (logits, tape) = one.forward_train(&batch.tokens, None).unwrap();
-    let d_logits = Array3::zeros(logits.dim());
-    let err = model.backward(&tape, &d_logits).unwrap_err();
+    let grad_logits = Array3::zeros(logits.dim());
+    let err = model.backward(&tape, &grad_logits).unwrap_err();
     assert_eq!(err.to_string(), "tape has layers = 1 but model has layers = 2");
     let (_, two_layer_tape) = model.forward_train(&batch.tokens, None).unwrap();
-    assert!(one.backward(&two_layer_tape, &d_logits).is_err());
-    assert!(one.backward(&tape, &d_logits).is_ok());
+    assert!(one.backward(&two_layer_tape, &grad_logits).is_err());
+    assert!(one.backward(&tape, &grad_logits).is_ok());
 }
 
 /// Evaluation mode is the identity: the forward without masks equals, bit for bit, the
