@@ -11,7 +11,8 @@
 // a click, open for a link to something inside them, read in every theme and print open, or if a
 // chapter's quiz does not work: on every chapter page the quiz must render with its number of questions, take an answer
 // to every question (the first one deliberately wrong, the others right), score them as expected,
-// and show an explanation ("Context") under every question once the answers are revealed. It
+// and show an explanation ("Context") under every question once the answers are revealed; or if
+// the search page finds nothing for a word of the prose, a name from the code or a number. It
 // writes screenshots of chapter 1's quiz (a question, then the review) into the output folder.
 //
 // Options: --book DIR (default target/book/html), --chromium PATH (default $CHROMIUM or
@@ -268,6 +269,28 @@ async function main() {
     failures += problems.length === 0 ? 0 : 1;
     await page.close();
   }
+  // Search: the index that `cargo xtask book` rebuilt (crates/xtask/src/search.rs) must load in
+  // mdBook's own search page and find a word of the prose, a name from the code and a number.
+  {
+    const page = await context.newPage();
+    const problems = [];
+    page.on("console", msg => problems.push(`console ${msg.type()}: ${msg.text()}`));
+    page.on("pageerror", err => problems.push(`uncaught: ${err.message}`));
+    const found = [];
+    for (const query of ["softmax", "grad_q", "tiled_sdpa_backward", "0.506"]) {
+      await page.goto(`${origin}/ch05-softmax.html?search=${encodeURIComponent(query)}`, { waitUntil: "load" });
+      await page.waitForLoadState("networkidle");
+      const results = page.locator("#mdbook-searchresults li");
+      await results.first().waitFor({ timeout: 5000 }).catch(() => {});
+      const count = await results.count();
+      found.push(`${query}: ${count}`);
+      if (count === 0) problems.push(`searching "${query}" finds nothing`);
+    }
+    console.log(`${problems.length === 0 ? "ok  " : "FAIL"} search: ${found.join(", ")} result(s)`);
+    for (const p of problems) console.log(`       ${p}`);
+    failures += problems.length === 0 ? 0 : 1;
+    await page.close();
+  }
   await close();
   server.close();
   console.log(`\n${pages.length} pages, ${requests()} requests, all to ${origin}` +
@@ -277,7 +300,7 @@ async function main() {
     process.exit(1);
   }
   console.log("browser check passed: every page loads with no console message and no request off the machine; " +
-    "every fold starts closed and opens on a click, a link and for print; every quiz works");
+    "every fold starts closed and opens on a click, a link and for print; every quiz works; search finds");
 }
 
 main().catch(e => {

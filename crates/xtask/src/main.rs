@@ -8,6 +8,8 @@
 //! cargo xtask figures                       run every chapter example (writes book/img/)
 //! cargo xtask check-book [--html DIR]       check an existing build in target/book/html (or DIR,
 //!                                           as written by `mdbook build -d DIR`)
+//! cargo xtask search-index [--html DIR]     rebuild the search index of an existing build (done
+//!                                           by `book` and `test` after every `mdbook build`)
 //! ```
 
 mod deps;
@@ -22,8 +24,8 @@ use std::process::ExitCode;
 
 use run::{Cmd, Result};
 
-const USAGE: &str =
-    "usage: cargo xtask <book [--no-serve] [--open] | test | tools | deps | figures | check-book [--html DIR]>";
+const USAGE: &str = "usage: cargo xtask <book [--no-serve] [--open] | test | tools | deps | figures | \
+     check-book [--html DIR] | search-index [--html DIR]>";
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -39,12 +41,18 @@ fn main() -> ExitCode {
 fn dispatch(args: &[String]) -> Result<()> {
     let root = workspace_root();
     let (task, flags) = args.split_first().ok_or(USAGE)?;
-    if task == "check-book" {
-        return match flags {
-            [] => integrity::check_book(&root, &root.join("target/book/html")),
-            [flag, dir] if flag == "--html" => integrity::check_book(&root, &root.join(dir)),
-            _ => Err(format!("check-book takes nothing or `--html DIR`\n{USAGE}").into()),
+    if task == "check-book" || task == "search-index" {
+        let html = match flags {
+            [] => root.join("target/book/html"),
+            [flag, dir] if flag == "--html" => root.join(dir),
+            _ => return Err(format!("{task} takes nothing or `--html DIR`\n{USAGE}").into()),
         };
+        if task == "check-book" {
+            return integrity::check_book(&root, &html);
+        }
+        let (before, after) = search::shrink(&html)?;
+        println!("search index rebuilt: {:.2} MB -> {:.2} MB", before as f64 / 1e6, after as f64 / 1e6);
+        return Ok(());
     }
     let allowed: &[&str] = match task.as_str() {
         "book" => &["--no-serve", "--open"],

@@ -150,9 +150,9 @@ pub fn check(html_dir: &Path) -> Result<Vec<String>> {
     println!("search index: {} ({:.2} MB; at most {:.0} MB)", path.display(), size as f64 / 1e6, MAX_BYTES as f64 / 1e6);
     Ok(if size > MAX_BYTES {
         vec![format!(
-            "the search index {} is {size} bytes, over the limit of {MAX_BYTES}: build the book with \
-             `cargo xtask book`, which rebuilds the index (crates/xtask/src/search.rs), and see what \
-             the pages hold that nobody searches for",
+            "the search index {} is {size} bytes, over the limit of {MAX_BYTES}: after a plain \
+             `mdbook build`, run `cargo xtask search-index` (`cargo xtask book` and `test` do it); \
+             if it is still over, see what the pages hold that nobody searches for",
             path.display()
         )]
     } else {
