@@ -13,7 +13,12 @@
 // 2. Printing opens every fold (paper has no clicks) and closes again afterwards the ones the
 //    reader had closed; the print stylesheet does the same in browsers that style
 //    ::details-content, and this covers the others.
-// 3. Nothing else: with JavaScript off, folds still open on click and the book still reads.
+// 3. The search box splits what a reader types the way the book's search index was built
+//    (crates/xtask/src/search.rs): at every character that is not a letter, a digit or `_`,
+//    except a `.` between digits (0.506) and an apostrophe between letters (don't), so that
+//    `Mask::causal` or `rope.apply` finds the code that calls them. mdBook's own search splits
+//    only at white space and `-`.
+// 4. Nothing else: with JavaScript off, folds still open on click and the book still reads.
 (function () {
   "use strict";
 
@@ -69,4 +74,18 @@
     for (const fold of openedForPrint) fold.open = false;
     openedForPrint = [];
   });
+
+  // The query's words, split as the index's were (see 3 above). elasticlunr drops the empty
+  // strings the split leaves.
+  if (window.elasticlunr && elasticlunr.tokenizer && elasticlunr.tokenizer.setSeperator) {
+    elasticlunr.tokenizer.setSeperator(
+      /(?:[^\p{L}\p{N}_.'’]|(?<!\p{N})\.|\.(?!\p{N})|(?<!\p{L})['’]|['’](?!\p{L}))+/u
+    );
+    // A page opened with ?search=… may have loaded the index and searched before this script
+    // ran (the index is loaded by an async script): search again, now split the right way.
+    const bar = document.getElementById("mdbook-searchbar");
+    if (bar && bar.value.trim() !== "" && window.search && window.search.index) {
+      bar.dispatchEvent(new KeyboardEvent("keyup"));
+    }
+  }
 })();

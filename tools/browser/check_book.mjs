@@ -270,14 +270,15 @@ async function main() {
     await page.close();
   }
   // Search: the index that `cargo xtask book` rebuilt (crates/xtask/src/search.rs) must load in
-  // mdBook's own search page and find a word of the prose, a name from the code and a number.
+  // mdBook's own search page and find a word of the prose, names from the code and a number,
+  // and a query written as code (`Mask::causal`) must be split as the index was (reading.js).
   {
     const page = await context.newPage();
     const problems = [];
     page.on("console", msg => problems.push(`console ${msg.type()}: ${msg.text()}`));
     page.on("pageerror", err => problems.push(`uncaught: ${err.message}`));
     const found = [];
-    for (const query of ["softmax", "grad_q", "tiled_sdpa_backward", "0.506"]) {
+    for (const query of ["softmax", "grad_q", "tiled_sdpa_backward", "0.506", "Mask::causal", "rope.apply"]) {
       await page.goto(`${origin}/ch05-softmax.html?search=${encodeURIComponent(query)}`, { waitUntil: "load" });
       await page.waitForLoadState("networkidle");
       const results = page.locator("#mdbook-searchresults li");
