@@ -846,8 +846,8 @@ fn a_closed_stdout_ends_quietly() {
 }
 
 /// Sizes that follow from the headers are refused before the data is read, so before any
-/// work: a (200000, 8) query whose weights would take 160000000000 bytes, and a PNG of 4
-/// heads of 5000 tokens. The values file holds a NaN, which loading the data would report:
+/// work: a (200000, 8) query whose weights would take 160000000000 bytes, and PNGs of 4
+/// heads of 5000 tokens and of 8 heads of 1500. The values file holds a NaN, which loading the data would report:
 /// the size error comes first, from the headers.
 fn sizes_are_checked_from_the_headers() {
     let dir = TempDir::new().unwrap();
@@ -880,8 +880,21 @@ fn sizes_are_checked_from_the_headers() {
     let png = path_in(&dir, "w.png");
     let list = ["--q", &q4, "--k", &q4, "--v", &v4, "--out", &out, "--png", &png];
     let line = assert_one_error_line(&tool("attend", &list).output().unwrap(), "a huge PNG");
-    assert!(line.contains("need cells of at least 20000 × 10000 pixels"), "{line}");
-    assert!(line.contains("more than the 7600 a PNG has room for"), "{line}");
+    assert!(line.contains("would make a picture of 20289 × 20285 pixels"), "{line}");
+    assert!(line.contains("more than the figures' limit of 8000 pixels a side"), "{line}");
+    assert!(!Path::new(&out).exists() && !Path::new(&png).exists());
+    // 8 heads of 1500 tokens: 2 panels of 3000 pixels across fit, but they are laid out 2
+    // to a row, so 4 rows of 3000 pixels and their titles and labels go down.
+    let q8 = path_in(&dir, "q8.npy");
+    write_npy(&q8, &ndarray::Array4::<f32>::zeros((1, 8, 1500, 16))).unwrap();
+    let v8 = path_in(&dir, "v8.npy");
+    write_npy(&v8, &nan_v(&[1, 8, 1500, 16])).unwrap();
+    let list = ["--q", &q8, "--k", &q8, "--v", &v8, "--out", &out, "--png", &png];
+    let line = assert_one_error_line(&tool("attend", &list).output().unwrap(), "a tall PNG");
+    assert!(
+        line.contains("the weights (1, 8, 1500, 1500) would make a picture of 6289 × 12533"),
+        "{line}"
+    );
     assert!(!Path::new(&out).exists() && !Path::new(&png).exists());
 }
 
