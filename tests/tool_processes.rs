@@ -896,6 +896,24 @@ fn sizes_are_checked_from_the_headers() {
         "{line}"
     );
     assert!(!Path::new(&out).exists() && !Path::new(&png).exists());
+    // multihead checks X's header the same way: 2 heads of 20000 tokens would take 3.2 GB
+    // of weights, 2 heads of 3000 a PNG 12289 pixels wide; X holds a NaN.
+    let w = path_in(&dir, "w8.npy");
+    write_npy(&w, &Array2::<f32>::eye(8)).unwrap();
+    for (tokens, extra, expected) in [
+        (20_000, None, "x.npy: the weights (2, 20000, 20000) would take 3200000000 bytes"),
+        (3000, Some(&png), "w.png: the weights (2, 3000, 3000) would make a picture of 12289"),
+    ] {
+        let x = path_in(&dir, "x.npy");
+        write_npy(&x, &nan_v(&[tokens, 8])).unwrap();
+        let mut list = vec!["--x", &x, "--wq", &w, "--wk", &w, "--wv", &w, "--wo", &w];
+        list.extend(["--heads", "2", "--out", &out]);
+        list.extend(extra.into_iter().flat_map(|p| ["--png", p.as_str()]));
+        let done = tool("multihead", &list).output().unwrap();
+        let line = assert_one_error_line(&done, "multihead too large");
+        assert!(line.contains(expected), "{line}");
+        assert!(!Path::new(&out).exists() && !Path::new(&png).exists());
+    }
 }
 
 /// The progress line is for a terminal: with stderr a pipe, a run says nothing there, even

@@ -20,7 +20,7 @@ use super::npy;
 use super::progress::Progress;
 use super::{
     Failure, MaskArg, Picture, Tensor, View, Written, after_help, at_least_one,
-    check_weight_bytes, drawing, explain, load_mask, note_if_debug, same_dtype, shape_text, usage,
+    check_weight_bytes, drawing, dtype_name, explain, load_mask, note_if_debug, same_dtype, shape_text, usage,
     wrote,
 };
 
@@ -295,8 +295,7 @@ fn check_sizes(
             "use --impl tiled, which computes the output without forming them"
         };
         let files = format!("{}, {}", cli.q.display(), cli.k.display());
-        let dtype = if element == 4 { "float32" } else { "float64" };
-        check_weight_bytes(&files, weights_shape, dtype, element, way_out)?;
+        check_weight_bytes(&files, weights_shape, dtype_name(element), element, way_out)?;
     }
     let (labels, title, axes) = (cli.written.labels.as_deref(), String::new(), &[][..]);
     if let Some(path) = cli.written.png.as_deref() {

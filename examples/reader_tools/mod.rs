@@ -516,6 +516,11 @@ pub fn check_weight_bytes(
     )))
 }
 
+/// NumPy's name for a float of `element` bytes: `float32` (4) or `float64` (8).
+pub fn dtype_name(element: usize) -> &'static str {
+    if element == 4 { "float32" } else { "float64" }
+}
+
 /// The smallest side of a cell `--png` draws, in pixels (the heatmaps never draw smaller).
 pub const PNG_MIN_CELL: usize = 2;
 

@@ -17,7 +17,7 @@ use super::outputs::{Named, Outputs, check_distinct};
 use super::progress::Progress;
 use super::{
     Failure, MaskArg, Picture, Tensor, View, Written, after_help, at_least_one,
-    check_weight_bytes, drawing, explain, load_mask, note_if_debug, npy, same_dtype, shape_text,
+    check_weight_bytes, drawing, dtype_name, explain, load_mask, note_if_debug, npy, same_dtype, shape_text,
     usage, wrote,
 };
 
@@ -212,6 +212,9 @@ pub fn run(args: Vec<OsString>) -> Result<String, Failure> {
     check_distinct(&inputs, &cli.written.named())
         .map_err(|message| usage::<Cli>(ErrorKind::ArgumentConflict, message))?;
 
+    if let Some((weights_shape, element)) = weights_from_header(&cli, &plan) {
+        check_sizes(&cli, &plan, &weights_shape, element)?;
+    }
     let x = Tensor::load(&cli.x)?;
     let w = [
         Tensor::load(&cli.wq)?,
@@ -316,6 +319,72 @@ fn load_layer_mask(path: &Path, weights_shape: &[usize]) -> Result<Mask, Failure
     Mask::from_array(full).map_err(|e| fail(e.to_string()))
 }
 
+/// The PNG and the page the options ask for, with panels named by head (and batch item,
+/// when X of `x_axes` axes has a batch).
+fn pictures<'a>(
+    cli: &'a Cli,
+    plan: &Plan,
+    x_axes: usize,
+) -> (Option<Picture<'a>>, Option<View<'a>>) {
+    let panel_axes: &[&str] = if x_axes == 2 { &["head"] } else { &["batch", "head"] };
+    let labels = cli.written.labels.as_deref();
+    let picture = cli.written.png.as_deref().map(|path| Picture {
+        path,
+        labels,
+        title: plan.title(),
+        axes: panel_axes,
+        scale: cli.written.png_scale,
+    });
+    let view = cli.written.view.as_deref().map(|path| View {
+        path,
+        labels,
+        title: plan.title(),
+        axes: panel_axes,
+    });
+    (picture, view)
+}
+
+/// Checks every size that follows from X's shape: the weights the layer forms
+/// ([`check_weight_bytes`]), the PNG's pixels and the page's weights.
+fn check_sizes(
+    cli: &Cli,
+    plan: &Plan,
+    weights_shape: &[usize],
+    element: usize,
+) -> Result<(), Failure> {
+    check_weight_bytes(
+        &cli.x.display().to_string(),
+        weights_shape,
+        dtype_name(element),
+        element,
+        "multihead always forms every head's weights: pass fewer tokens or a smaller batch \
+         (attend --impl tiled computes one head's attention without them)",
+    )?;
+    let (picture, view) = pictures(cli, plan, weights_shape.len() - 1);
+    if let Some(picture) = &picture {
+        picture.check(weights_shape)?;
+    }
+    if let Some(view) = &view {
+        view.check(weights_shape)?;
+    }
+    Ok(())
+}
+
+/// The shape of the weights, `(…, H, L, L)`, and the bytes of an element, from X's header
+/// alone, when it is a readable float array of 2 or 3 axes (otherwise loading it reports the
+/// problem).
+fn weights_from_header(cli: &Cli, plan: &Plan) -> Option<(Vec<usize>, usize)> {
+    let x = npy::read_header(&cli.x).ok()?;
+    let element = x.dtype.filter(|d| d.kind == 'f' && matches!(d.size, 4 | 8))?.size;
+    let n = x.shape.len();
+    if !(2..=3).contains(&n) {
+        return None;
+    }
+    let mut shape = x.shape[..n - 2].to_vec();
+    shape.extend([plan.heads, x.shape[n - 2], x.shape[n - 2]]);
+    Some((shape, element))
+}
+
 fn multihead<A: Float + WritableElement>(
     cli: &Cli,
     plan: &Plan,
@@ -335,37 +404,10 @@ fn multihead<A: Float + WritableElement>(
     let l = x.shape()[x.ndim() - 2];
     let mut weights_shape = x.shape()[..x.ndim() - 2].to_vec();
     weights_shape.extend([plan.heads, l, l]);
-    let panel_axes: &[&str] = if x.ndim() == 2 { &["head"] } else { &["batch", "head"] };
-    let labels = cli.written.labels.as_deref();
-    let picture = cli.written.png.as_deref().map(|path| Picture {
-        path,
-        labels,
-        title: plan.title(),
-        axes: panel_axes,
-        scale: cli.written.png_scale,
-    });
-    let view = cli.written.view.as_deref().map(|path| View {
-        path,
-        labels,
-        title: plan.title(),
-        axes: panel_axes,
-    });
-    // Every size that follows from the headers, checked before any work.
-    let dtype = if size_of::<A>() == 4 { "float32" } else { "float64" };
-    check_weight_bytes(
-        &x_shown.to_string(),
-        &weights_shape,
-        dtype,
-        size_of::<A>(),
-        "multihead always forms every head's weights: pass fewer tokens or a smaller batch \
-         (attend --impl tiled computes one head's attention without them)",
-    )?;
-    if let Some(picture) = &picture {
-        picture.check(&weights_shape)?;
-    }
-    if let Some(view) = &view {
-        view.check(&weights_shape)?;
-    }
+    let (picture, view) = pictures(cli, plan, x.ndim());
+    // Every size that follows from the shapes, checked before any work (`run` checked them
+    // from X's header already, before reading the data; this covers the rest).
+    check_sizes(cli, plan, &weights_shape, size_of::<A>())?;
     let tokens: f64 = x.shape()[..x.ndim() - 1].iter().map(|&s| s as f64).product();
     let d = d_model as f64;
     note_if_debug("multihead", tokens * (4.0 * d * d + 2.0 * l as f64 * d));
