@@ -2644,6 +2644,22 @@ fn the_progress_line_shows_what_runs() {
     );
     progress.finish();
     assert!(quiet.0.lock().unwrap().is_empty());
+    // A run that fails drops its line without finishing it: the line is cleared, and says
+    // neither "done" nor a time.
+    let failed = Shared::default();
+    let progress = Progress::start_to(
+        "attend: attention (plain) over (9, 9)".into(),
+        Some(Box::new(failed.clone())),
+        std::time::Duration::ZERO,
+    );
+    while failed.0.lock().unwrap().is_empty() {
+        std::thread::yield_now();
+    }
+    drop(progress);
+    let shown = String::from_utf8(failed.0.lock().unwrap().clone()).unwrap();
+    let blank = shown.strip_suffix('\r').and_then(|s| s.rsplit_once('\r')).unwrap().1;
+    assert!(!shown.contains("done"), "{shown:?}");
+    assert!(blank.len() > 40 && blank.trim().is_empty(), "the line is cleared: {shown:?}");
 }
 
 /// The limits Appendix C quotes ("Limits, checked before any work", "Notes on standard error").
@@ -2653,7 +2669,7 @@ fn the_limits_are_those_appendix_c_quotes() {
     assert_eq!(reader_tools::MAX_WEIGHT_BYTES, 16384 * 16384 * 8, "one 16384² float64 matrix");
     assert_eq!(reader_tools::weight_bytes(&[200_000, 200_000], 4), Some(160_000_000_000));
     assert_eq!(figures::MAX_SIDE, 8000);
-    assert_eq!((reader_tools::PNG_MIN_CELL, reader_tools::PNG_MARGIN), (2, 400));
+    assert_eq!(reader_tools::PNG_MIN_CELL, 2);
     assert_eq!(reader_tools::MAX_VIEW_WEIGHTS, 1 << 22);
     assert_eq!(reader_tools::progress::AFTER, std::time::Duration::from_secs(2));
     assert_eq!(reader_tools::DEBUG_NOTE_FROM, 2e8);
@@ -2661,7 +2677,13 @@ fn the_limits_are_those_appendix_c_quotes() {
         Path::new(env!("CARGO_MANIFEST_DIR")).join("book/appendix-tools.md"),
     )
     .unwrap();
-    for quoted in ["2 GiB ($2^{31}$ bytes)", "within 7600 pixels", "$2 \\times 10^8$", "160000000000 bytes"] {
+    for quoted in [
+        "2 GiB ($2^{31}$ bytes)",
+        "cells of at least 2 pixels",
+        "limit of 8000 pixels a side",
+        "$2 \\times 10^8$",
+        "160000000000 bytes",
+    ] {
         assert!(book.contains(quoted), "Appendix C should say {quoted:?}");
     }
 }
