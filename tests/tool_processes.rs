@@ -847,8 +847,8 @@ fn a_closed_stdout_ends_quietly() {
 
 /// Sizes that follow from the headers are refused before the data is read, so before any
 /// work: a (200000, 8) query whose weights would take 160000000000 bytes, and PNGs of 4
-/// heads of 5000 tokens and of 8 heads of 1500. The values file holds a NaN, which loading the data would report:
-/// the size error comes first, from the headers.
+/// heads of 5000 tokens and of 8 heads of 1500. The values file holds a NaN, which loading
+/// the data would report: the size error comes first, from the headers.
 fn sizes_are_checked_from_the_headers() {
     let dir = TempDir::new().unwrap();
     let nan_v = |shape: &[usize]| {
@@ -955,4 +955,27 @@ fn a_gpu_run_prints_no_mesa_error() {
     } else {
         println!("  (no Vulkan adapter: {})", stderr.trim());
     }
+    // The private runtime directory is gone after the run, even when stdout was closed
+    // before the summary (printing it ends the process); a stale one from an earlier run,
+    // left in the same temporary folder, is no obstacle and is not touched.
+    let tmp = TempDir::new().unwrap();
+    let prefix = reader_tools::RUNTIME_DIR_PREFIX;
+    let stale = tmp.path().join(format!("{prefix}stale"));
+    std::fs::create_dir(&stale).unwrap();
+    let mut child = tool("attend", &list)
+        .env_remove("XDG_RUNTIME_DIR")
+        .env("TMPDIR", tmp.path())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take());
+    let done = child.wait_with_output().unwrap();
+    assert!(!text(&done.stderr).contains("XDG_RUNTIME_DIR"), "{}", text(&done.stderr));
+    let left: Vec<_> = std::fs::read_dir(tmp.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|name| name.starts_with(prefix))
+        .collect();
+    assert_eq!(left, [format!("{prefix}stale")], "no runtime directory left behind");
 }

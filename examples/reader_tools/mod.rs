@@ -95,15 +95,17 @@ pub fn main_with(run: Run) -> ExitCode {
 pub fn process(run: Run, args: Vec<OsString>) -> i32 {
     // Still one thread here, so changing the environment is sound.
     let runtime_dir = args.iter().any(|a| a == "gpu" || a == "--impl=gpu").then(runtime_dir);
-    let code = report(run(args));
+    let result = run(args);
+    // Removed before the report: printing it may end the process (a closed stdout).
     if let Some(Some(dir)) = runtime_dir {
         let _ = std::fs::remove_dir_all(dir);
     }
-    code
+    report(result)
 }
 
 /// Before `--impl gpu` opens the Vulkan driver: when `XDG_RUNTIME_DIR` is not set or not a
-/// directory, points it at a private empty directory (returned, to be removed at the end).
+/// directory, points it at a private empty directory of a name no other directory has
+/// (returned, to be removed at the end).
 /// Mesa's window-system code looks for it and otherwise prints `error: XDG_RUNTIME_DIR is
 /// invalid or not set in the environment.` on a run that succeeds; nothing here uses it.
 fn runtime_dir() -> Option<PathBuf> {
@@ -111,17 +113,16 @@ fn runtime_dir() -> Option<PathBuf> {
     if set {
         return None;
     }
-    let dir = std::env::temp_dir().join(format!(".attention-runtime-{}", std::process::id()));
-    std::fs::create_dir(&dir).ok()?;
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).ok()?;
-    }
+    // A fresh name (a stale directory left by an earlier run is no obstacle), readable by
+    // its owner only.
+    let dir = tempfile::Builder::new().prefix(RUNTIME_DIR_PREFIX).tempdir().ok()?.keep();
     // SAFETY: called from `process` before the tool starts any thread.
     unsafe { std::env::set_var("XDG_RUNTIME_DIR", &dir) };
     Some(dir)
 }
+
+/// How the private `XDG_RUNTIME_DIR` of a `--impl gpu` run is named in the temporary folder.
+pub const RUNTIME_DIR_PREFIX: &str = ".attention-runtime-";
 
 /// Prints a run's summary or failure where it belongs and returns the exit code.
 pub fn report(result: Result<String, Failure>) -> i32 {
