@@ -644,8 +644,8 @@ fn two_outputs_that_are_one_file_are_refused_and_the_file_is_kept() {
 
 #[test]
 fn a_failed_run_keeps_every_earlier_output() {
-    // OUT and W exist from an earlier run; this run fails while staging the PNG (its directory
-    // does not exist): OUT and W keep their old bytes and nothing else appears.
+    // OUT and W exist from an earlier run; this run is refused because the PNG's directory
+    // does not exist: OUT and W keep their old bytes and nothing else appears.
     let dir = TempDir::new().unwrap();
     let (out, weights) = (out_path(&dir, "out.npy"), out_path(&dir, "w.npy"));
     std::fs::write(&out, b"old out").unwrap();
@@ -658,7 +658,7 @@ fn a_failed_run_keeps_every_earlier_output() {
         &list,
         &dir,
         &png,
-        "cannot write: No such file or directory (os error 2); no output was changed",
+        "(--png): the folder",
     );
     assert_eq!(std::fs::read(&out).unwrap(), b"old out");
     // A new file that cannot be written: no output at all.
@@ -666,8 +666,21 @@ fn a_failed_run_keeps_every_earlier_output() {
     let (out, weights) = (out_path(&fresh, "out.npy"), out_path(&fresh, "no-such-dir/w.npy"));
     let mut list = qkv("f64_causal_L6_dk8");
     list.extend(args(&["--out", &out, "--weights", &weights]));
-    assert_fails(attend_run, &list, &fresh, &weights, "cannot write");
+    let folder = out_path(&fresh, "no-such-dir");
+    let problem = format!("(--weights): the folder {folder} does not exist");
+    assert_fails(attend_run, &list, &fresh, &weights, &problem);
     assert!(!Path::new(&out).exists());
+    // The folder is checked before any work: values holding a NaN, which loading would
+    // report, are not read.
+    let nan_v = out_path(&fresh, "nan_v.npy");
+    let mut v = ndarray::Array2::<f64>::zeros((6, 8));
+    v[[2, 3]] = f64::NAN;
+    write_npy(&nan_v, &v).unwrap();
+    let q = fixture("sdpa", "f64_causal_L6_dk8", "q.npy");
+    let in_nodir = out_path(&fresh, "nodir/o.npy");
+    let list = args(&["--q", &q, "--k", &q, "--v", &nan_v, "--out", &in_nodir]);
+    let problem = format!("(--out): the folder {} does not exist", out_path(&fresh, "nodir"));
+    assert_fails(attend_run, &list, &fresh, &in_nodir, &problem);
     // An output that is a directory.
     let mut list = qkv("f64_causal_L6_dk8");
     list.extend(args(&["--out", &fresh.path().to_string_lossy()]));
@@ -676,7 +689,7 @@ fn a_failed_run_keeps_every_earlier_output() {
         &list,
         &fresh,
         &fresh.path().to_string_lossy(),
-        "cannot write: it is a directory",
+        "(--out): it is a directory; give a file name",
     );
 }
 
@@ -1254,7 +1267,7 @@ fn bad_head_view_paths_and_sizes_are_refused() {
         &with(&["--view", &nowhere]),
         &dir,
         &nowhere,
-        "cannot write: No such file or directory (os error 2); no output was changed",
+        "(--view): the folder",
     );
     assert!(!Path::new(&out).exists());
     // Not an input, however it is spelled, nor another output.
@@ -2315,7 +2328,7 @@ fn attend_refuses_bad_gradient_data() {
     nan[IxDyn(&[4, 1])] = f64::NAN;
     let nan = write("nan.npy", &nan);
     assert_fails(attend_run, &run_with(&nan), &dir, &nan, "contains NaN at index [4, 1]");
-    // A gradient that cannot be written: the outputs already in place are put back.
+    // A gradient output that is a directory: refused before any work, every output as it was.
     let grad_o = write("do.npy", &grad_o_of(&[6, 5], to_f64));
     std::fs::remove_file(dir.path().join("dv.npy")).unwrap();
     std::fs::create_dir(dir.path().join("dv.npy")).unwrap();
@@ -2324,7 +2337,7 @@ fn attend_refuses_bad_gradient_data() {
         &run_with(&grad_o),
         &dir,
         &out_path(&dir, "dv.npy"),
-        "cannot write: it is a directory; no output was changed",
+        "(--dv): it is a directory; give a file name",
     );
     for name in ["out.npy", "dq.npy", "dk.npy"] {
         assert_eq!(

@@ -15,7 +15,7 @@ use gpu::{Gpu, GpuError, Kernel};
 use ndarray::{ArrayD, IxDyn};
 use ndarray_npy::WritableElement;
 
-use super::outputs::{Named, Outputs, check_distinct};
+use super::outputs::{Named, Outputs, check_distinct, check_outputs};
 use super::npy;
 use super::progress::Progress;
 use super::{
@@ -184,6 +184,8 @@ pub fn run(args: Vec<OsString>) -> Result<String, Failure> {
     inputs.extend(cli.grad_out.as_deref().map(|path| Named { flag: "--grad-out", path }));
     check_distinct(&inputs, &cli.outputs())
         .map_err(|message| usage::<Cli>(ErrorKind::ArgumentConflict, message))?;
+    // An output's folder is checked now, not after the work when the output is written.
+    check_outputs(&cli.outputs()).map_err(Failure::Data)?;
 
     if let Some((weights_shape, element)) = weights_from_headers(&cli) {
         let n = weights_shape.len();

@@ -13,7 +13,7 @@ use clap::error::ErrorKind;
 use ndarray::{Array2, Array3, Array4, ArrayD, Axis, Ix2, Ix3, IxDyn};
 use ndarray_npy::WritableElement;
 
-use super::outputs::{Named, Outputs, check_distinct};
+use super::outputs::{Named, Outputs, check_distinct, check_outputs};
 use super::progress::Progress;
 use super::{
     Failure, MaskArg, Picture, Tensor, View, Written, after_help, at_least_one,
@@ -211,6 +211,8 @@ pub fn run(args: Vec<OsString>) -> Result<String, Failure> {
     inputs.extend(mask_file.map(|path| Named { flag: "--mask", path }));
     check_distinct(&inputs, &cli.written.named())
         .map_err(|message| usage::<Cli>(ErrorKind::ArgumentConflict, message))?;
+    // An output's folder is checked now, not after the work when the output is written.
+    check_outputs(&cli.written.named()).map_err(Failure::Data)?;
 
     if let Some((weights_shape, element)) = weights_from_header(&cli, &plan) {
         check_sizes(&cli, &plan, &weights_shape, element)?;
