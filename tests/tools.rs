@@ -2784,3 +2784,43 @@ fn multihead_png_scale_row() {
     assert!(summary.contains("each row scaled to its maximum"), "{summary}");
     assert!(std::fs::read(&png).unwrap().starts_with(b"\x89PNG"));
 }
+
+/// multihead reads a (batch, L, L) mask as one mask per item; when batch = H, attend would
+/// read the same file as one per head, so a note says which reading was taken and how to
+/// ask for either. A (batch, 1, L, L) mask says it already: no note.
+#[test]
+fn multihead_notes_how_an_ambiguous_mask_was_read() {
+    let dir = TempDir::new().unwrap();
+    let case = "f64_d6_h3_batch2_L4";
+    let x = out_path(&dir, "x.npy");
+    let values = Array::from_shape_fn((3, 4, 6), |(b, i, j)| (b + 2 * i + 3 * j) as f64 * 0.05);
+    write_npy(&x, &values).unwrap();
+    let out = out_path(&dir, "out.npy");
+    let mut base = layer_args("mha", case, "x.npy");
+    base[1] = x.clone();
+    base.extend(args(&["--heads", "3", "--out", &out]));
+    let causal = |b: usize, i: usize, j: usize| j <= i || b == 0;
+    let (ambiguous, explicit) = (out_path(&dir, "m3.npy"), out_path(&dir, "m4.npy"));
+    write_npy(&ambiguous, &Array::from_shape_fn((3, 4, 4), |(b, i, j)| causal(b, i, j)))
+        .unwrap();
+    write_npy(&explicit, &Array::from_shape_fn((3, 1, 4, 4), |(b, _, i, j)| causal(b, i, j)))
+        .unwrap();
+    let _ = reader_tools::take_notes();
+    let mut list = base.clone();
+    list.extend(["--mask".to_string(), ambiguous.clone()]);
+    multihead_run(&list).unwrap();
+    let first = read_npy::<_, ArrayD<f64>>(&out).unwrap();
+    let notes = reader_tools::take_notes();
+    assert_eq!(notes.len(), 1, "{notes:?}");
+    assert!(
+        notes[0].starts_with(&format!("{ambiguous}: a (3, 4, 4) mask with batch = H = 3"))
+            && notes[0].contains("one mask per batch item")
+            && notes[0].contains("(3, 1, 4, 4) for one per item or (1, 3, 4, 4) for one per head"),
+        "{notes:?}"
+    );
+    let mut list = base.clone();
+    list.extend(["--mask".to_string(), explicit]);
+    multihead_run(&list).unwrap();
+    assert!(reader_tools::take_notes().is_empty());
+    assert_eq!(read_npy::<_, ArrayD<f64>>(&out).unwrap(), first, "the same reading");
+}

@@ -17,8 +17,8 @@ use super::outputs::{Named, Outputs, check_distinct, check_outputs};
 use super::progress::Progress;
 use super::{
     Failure, MaskArg, Picture, Tensor, View, Written, after_help, at_least_one,
-    check_weight_bytes, drawing, dtype_name, explain, load_mask, note_if_debug, npy, same_dtype, shape_text,
-    usage, wrote,
+    check_weight_bytes, drawing, dtype_name, explain, load_mask, note, note_if_debug, npy,
+    same_dtype, shape_text, usage, wrote,
 };
 
 /// Multi-head self-attention on your own tensors: X·W_Q, X·W_K, X·W_V split into heads,
@@ -298,7 +298,8 @@ fn layer<A: Float>(
 /// Loads a mask file for the layer's weights `(H, L, L)` or `(batch, H, L, L)` by the rule
 /// `attend` follows (it broadcasts to the weights as PyTorch's `attn_mask` does), with one
 /// addition for a batch: a `(batch, L, L)` mask is one mask per item, applied to every head,
-/// as `(batch, 1, L, L)` is. The mask returned has the weights' full shape.
+/// as `(batch, 1, L, L)` is (with a note when batch = H, where `attend` would read one mask
+/// per head). The mask returned has the weights' full shape.
 fn load_layer_mask(path: &Path, weights_shape: &[usize]) -> Result<Mask, Failure> {
     let fail = |problem: String| Failure::Data(format!("{}: {problem}", path.display()));
     let shape = npy::read_header(path).map_err(fail)?.shape;
@@ -308,6 +309,16 @@ fn load_layer_mask(path: &Path, weights_shape: &[usize]) -> Result<Mask, Failure
         && shape[0] != 1
         && shape[1..] == weights_shape[2..];
     let mask = if per_item {
+        if shape[0] == weights_shape[1] {
+            let (b, l) = (shape[0], shape[1]);
+            note(format!(
+                "{}: a ({b}, {l}, {l}) mask with batch = H = {b} is read as one mask per batch \
+                 item, applied to every head (attend reads it as one per head); to say which, \
+                 save it as ({b}, 1, {l}, {l}) for one per item or (1, {b}, {l}, {l}) for one \
+                 per head",
+                path.display()
+            ));
+        }
         let items = [weights_shape[0], weights_shape[2], weights_shape[3]];
         load_mask(path, &items)?.for_heads()
     } else {
