@@ -20,8 +20,8 @@ use super::npy;
 use super::progress::Progress;
 use super::{
     Failure, MaskArg, Picture, Tensor, View, Written, after_help, at_least_one,
-    check_weight_bytes, drawing, dtype_name, explain, load_mask, note_if_debug, same_dtype, shape_text, usage,
-    wrote,
+    check_weight_bytes, drawing, dtype_name, explain, load_mask, note_if_debug, same_dtype,
+    shape_text, usage, wrote,
 };
 
 #[path = "../common/timing.rs"]

@@ -1132,7 +1132,7 @@ fn colorbar_width(style: &Style, scale: &Scale, any_masked: bool) -> i32 {
     bar.max(legend)
 }
 
-/// Where a grid's parts go, in pixels: what [`render`] draws and [`HeatmapGrid::size`] reports.
+/// Where a grid's parts go, in pixels: what [`render`] draws, [`HeatmapGrid::size`] reports.
 struct Geometry {
     grid_left: i32,
     /// Where each grid column's slot begins (one more entry: where a next one would).
