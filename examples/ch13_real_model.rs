@@ -41,7 +41,7 @@ use attention::inspect::Pattern;
 use attention::pooling::cosine_similarity;
 use figures::{Heatmap, HeatmapGrid, HeadView, Panel, ValueRange};
 use ndarray::{Array2, Array4, Axis};
-use reader_tools::outputs::{Named, Outputs, check_distinct};
+use reader_tools::outputs::{Named, Outputs, check_distinct, check_outputs};
 use reader_tools::{Failure, html_path, png_path};
 use pretrained::study::{self, Run};
 use pretrained::{SentenceEncoder, Tokens};
@@ -523,34 +523,17 @@ fn your_outputs(cli: &Cli) -> Vec<(&'static str, PathBuf)> {
 }
 
 /// Checks every output name before the model is loaded: its folder exists (the default's is
-/// created), it is not a folder itself, and no two name the same file. (The extensions were
+/// created), it is not a directory itself, and no two name the same file. (The extensions were
 /// checked when the command line was parsed.)
-fn check_outputs(cli: &Cli) -> Result<(), Box<dyn Error>> {
+fn check_your_outputs(cli: &Cli) -> Result<(), Box<dyn Error>> {
     let outputs = your_outputs(cli);
     if cli.out.is_none() {
         let dir = default_out().parent().map(Path::to_path_buf).unwrap_or_default();
         std::fs::create_dir_all(&dir)
             .map_err(|e| format!("cannot create the folder {}: {e}", dir.display()))?;
     }
-    for (flag, path) in &outputs {
-        let folder = match path.parent() {
-            Some(p) if !p.as_os_str().is_empty() => p,
-            _ => Path::new("."),
-        };
-        if !folder.is_dir() {
-            return Err(format!(
-                "{flag} {}: the folder {} does not exist; create it, or choose another path",
-                path.display(),
-                folder.display()
-            )
-            .into());
-        }
-        if path.is_dir() {
-            let message = format!("{flag} {}: is a folder; give a file name", path.display());
-            return Err(message.into());
-        }
-    }
     let named: Vec<Named> = outputs.iter().map(|(flag, path)| Named { flag, path }).collect();
+    check_outputs(&named)?;
     Ok(check_distinct(&[], &named)?)
 }
 
@@ -644,7 +627,7 @@ fn time(encoder: &SentenceEncoder, text: &str) -> Result<(), Box<dyn Error>> {
 pub fn main_with(cli: Cli) -> Result<(), Box<dyn Error>> {
     let dir = cli.model.clone().unwrap_or_else(pretrained::minilm_dir);
     if cli.sentence.is_some() && cli.compare.is_none() && !cli.time {
-        check_outputs(&cli)?; // before the model is loaded
+        check_your_outputs(&cli)?; // before the model is loaded
     }
     if cli.model.is_none() && cli.sentence.is_none() && cli.compare.is_none() && !cli.time {
         return common::render_into(&cli.output.dir()?, render_figures);

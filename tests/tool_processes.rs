@@ -846,9 +846,9 @@ fn a_closed_stdout_ends_quietly() {
 }
 
 /// Sizes that follow from the headers are refused before the data is read, so before any
-/// work: a (200000, 8) query whose weights would take 160000000000 bytes, and a PNG of 4
-/// heads of 5000 tokens. The values file holds a NaN, which loading the data would report:
-/// the size error comes first, from the headers.
+/// work: a (200000, 8) query whose weights would take 160000000000 bytes, and PNGs of 4
+/// heads of 5000 tokens and of 8 heads of 1500. The values file holds a NaN, which loading
+/// the data would report: the size error comes first, from the headers.
 fn sizes_are_checked_from_the_headers() {
     let dir = TempDir::new().unwrap();
     let nan_v = |shape: &[usize]| {
@@ -880,9 +880,40 @@ fn sizes_are_checked_from_the_headers() {
     let png = path_in(&dir, "w.png");
     let list = ["--q", &q4, "--k", &q4, "--v", &v4, "--out", &out, "--png", &png];
     let line = assert_one_error_line(&tool("attend", &list).output().unwrap(), "a huge PNG");
-    assert!(line.contains("need cells of at least 20000 × 10000 pixels"), "{line}");
-    assert!(line.contains("more than the 7600 a PNG has room for"), "{line}");
+    assert!(line.contains("would make a picture of 20289 × 20285 pixels"), "{line}");
+    assert!(line.contains("more than the figures' limit of 8000 pixels a side"), "{line}");
     assert!(!Path::new(&out).exists() && !Path::new(&png).exists());
+    // 8 heads of 1500 tokens: 2 panels of 3000 pixels across fit, but they are laid out 2
+    // to a row, so 4 rows of 3000 pixels and their titles and labels go down.
+    let q8 = path_in(&dir, "q8.npy");
+    write_npy(&q8, &ndarray::Array4::<f32>::zeros((1, 8, 1500, 16))).unwrap();
+    let v8 = path_in(&dir, "v8.npy");
+    write_npy(&v8, &nan_v(&[1, 8, 1500, 16])).unwrap();
+    let list = ["--q", &q8, "--k", &q8, "--v", &v8, "--out", &out, "--png", &png];
+    let line = assert_one_error_line(&tool("attend", &list).output().unwrap(), "a tall PNG");
+    assert!(
+        line.contains("the weights (1, 8, 1500, 1500) would make a picture of 6289 × 12533"),
+        "{line}"
+    );
+    assert!(!Path::new(&out).exists() && !Path::new(&png).exists());
+    // multihead checks X's header the same way: 2 heads of 20000 tokens would take 3.2 GB
+    // of weights, 2 heads of 3000 a PNG 12289 pixels wide; X holds a NaN.
+    let w = path_in(&dir, "w8.npy");
+    write_npy(&w, &Array2::<f32>::eye(8)).unwrap();
+    for (tokens, extra, expected) in [
+        (20_000, None, "x.npy: the weights (2, 20000, 20000) would take 3200000000 bytes"),
+        (3000, Some(&png), "w.png: the weights (2, 3000, 3000) would make a picture of 12289"),
+    ] {
+        let x = path_in(&dir, "x.npy");
+        write_npy(&x, &nan_v(&[tokens, 8])).unwrap();
+        let mut list = vec!["--x", &x, "--wq", &w, "--wk", &w, "--wv", &w, "--wo", &w];
+        list.extend(["--heads", "2", "--out", &out]);
+        list.extend(extra.into_iter().flat_map(|p| ["--png", p.as_str()]));
+        let done = tool("multihead", &list).output().unwrap();
+        let line = assert_one_error_line(&done, "multihead too large");
+        assert!(line.contains(expected), "{line}");
+        assert!(!Path::new(&out).exists() && !Path::new(&png).exists());
+    }
 }
 
 /// The progress line is for a terminal: with stderr a pipe, a run says nothing there, even
@@ -924,4 +955,27 @@ fn a_gpu_run_prints_no_mesa_error() {
     } else {
         println!("  (no Vulkan adapter: {})", stderr.trim());
     }
+    // The private runtime directory is gone after the run, even when stdout was closed
+    // before the summary (printing it ends the process); a stale one from an earlier run,
+    // left in the same temporary folder, is no obstacle and is not touched.
+    let tmp = TempDir::new().unwrap();
+    let prefix = reader_tools::RUNTIME_DIR_PREFIX;
+    let stale = tmp.path().join(format!("{prefix}stale"));
+    std::fs::create_dir(&stale).unwrap();
+    let mut child = tool("attend", &list)
+        .env_remove("XDG_RUNTIME_DIR")
+        .env("TMPDIR", tmp.path())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take());
+    let done = child.wait_with_output().unwrap();
+    assert!(!text(&done.stderr).contains("XDG_RUNTIME_DIR"), "{}", text(&done.stderr));
+    let left: Vec<_> = std::fs::read_dir(tmp.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|name| name.starts_with(prefix))
+        .collect();
+    assert_eq!(left, [format!("{prefix}stale")], "no runtime directory left behind");
 }

@@ -644,8 +644,8 @@ fn two_outputs_that_are_one_file_are_refused_and_the_file_is_kept() {
 
 #[test]
 fn a_failed_run_keeps_every_earlier_output() {
-    // OUT and W exist from an earlier run; this run fails while staging the PNG (its directory
-    // does not exist): OUT and W keep their old bytes and nothing else appears.
+    // OUT and W exist from an earlier run; this run is refused because the PNG's directory
+    // does not exist: OUT and W keep their old bytes and nothing else appears.
     let dir = TempDir::new().unwrap();
     let (out, weights) = (out_path(&dir, "out.npy"), out_path(&dir, "w.npy"));
     std::fs::write(&out, b"old out").unwrap();
@@ -658,7 +658,7 @@ fn a_failed_run_keeps_every_earlier_output() {
         &list,
         &dir,
         &png,
-        "cannot write: No such file or directory (os error 2); no output was changed",
+        "(--png): the folder",
     );
     assert_eq!(std::fs::read(&out).unwrap(), b"old out");
     // A new file that cannot be written: no output at all.
@@ -666,8 +666,21 @@ fn a_failed_run_keeps_every_earlier_output() {
     let (out, weights) = (out_path(&fresh, "out.npy"), out_path(&fresh, "no-such-dir/w.npy"));
     let mut list = qkv("f64_causal_L6_dk8");
     list.extend(args(&["--out", &out, "--weights", &weights]));
-    assert_fails(attend_run, &list, &fresh, &weights, "cannot write");
+    let folder = out_path(&fresh, "no-such-dir");
+    let problem = format!("(--weights): the folder {folder} does not exist");
+    assert_fails(attend_run, &list, &fresh, &weights, &problem);
     assert!(!Path::new(&out).exists());
+    // The folder is checked before any work: values holding a NaN, which loading would
+    // report, are not read.
+    let nan_v = out_path(&fresh, "nan_v.npy");
+    let mut v = ndarray::Array2::<f64>::zeros((6, 8));
+    v[[2, 3]] = f64::NAN;
+    write_npy(&nan_v, &v).unwrap();
+    let q = fixture("sdpa", "f64_causal_L6_dk8", "q.npy");
+    let in_nodir = out_path(&fresh, "nodir/o.npy");
+    let list = args(&["--q", &q, "--k", &q, "--v", &nan_v, "--out", &in_nodir]);
+    let problem = format!("(--out): the folder {} does not exist", out_path(&fresh, "nodir"));
+    assert_fails(attend_run, &list, &fresh, &in_nodir, &problem);
     // An output that is a directory.
     let mut list = qkv("f64_causal_L6_dk8");
     list.extend(args(&["--out", &fresh.path().to_string_lossy()]));
@@ -676,7 +689,7 @@ fn a_failed_run_keeps_every_earlier_output() {
         &list,
         &fresh,
         &fresh.path().to_string_lossy(),
-        "cannot write: it is a directory",
+        "(--out): it is a directory; give a file name",
     );
 }
 
@@ -1254,7 +1267,7 @@ fn bad_head_view_paths_and_sizes_are_refused() {
         &with(&["--view", &nowhere]),
         &dir,
         &nowhere,
-        "cannot write: No such file or directory (os error 2); no output was changed",
+        "(--view): the folder",
     );
     assert!(!Path::new(&out).exists());
     // Not an input, however it is spelled, nor another output.
@@ -2315,7 +2328,7 @@ fn attend_refuses_bad_gradient_data() {
     nan[IxDyn(&[4, 1])] = f64::NAN;
     let nan = write("nan.npy", &nan);
     assert_fails(attend_run, &run_with(&nan), &dir, &nan, "contains NaN at index [4, 1]");
-    // A gradient that cannot be written: the outputs already in place are put back.
+    // A gradient output that is a directory: refused before any work, every output as it was.
     let grad_o = write("do.npy", &grad_o_of(&[6, 5], to_f64));
     std::fs::remove_file(dir.path().join("dv.npy")).unwrap();
     std::fs::create_dir(dir.path().join("dv.npy")).unwrap();
@@ -2324,7 +2337,7 @@ fn attend_refuses_bad_gradient_data() {
         &run_with(&grad_o),
         &dir,
         &out_path(&dir, "dv.npy"),
-        "cannot write: it is a directory; no output was changed",
+        "(--dv): it is a directory; give a file name",
     );
     for name in ["out.npy", "dq.npy", "dk.npy"] {
         assert_eq!(
@@ -2644,6 +2657,22 @@ fn the_progress_line_shows_what_runs() {
     );
     progress.finish();
     assert!(quiet.0.lock().unwrap().is_empty());
+    // A run that fails drops its line without finishing it: the line is cleared, and says
+    // neither "done" nor a time.
+    let failed = Shared::default();
+    let progress = Progress::start_to(
+        "attend: attention (plain) over (9, 9)".into(),
+        Some(Box::new(failed.clone())),
+        std::time::Duration::ZERO,
+    );
+    while failed.0.lock().unwrap().is_empty() {
+        std::thread::yield_now();
+    }
+    drop(progress);
+    let shown = String::from_utf8(failed.0.lock().unwrap().clone()).unwrap();
+    let blank = shown.strip_suffix('\r').and_then(|s| s.rsplit_once('\r')).unwrap().1;
+    assert!(!shown.contains("done"), "{shown:?}");
+    assert!(blank.len() > 40 && blank.trim().is_empty(), "the line is cleared: {shown:?}");
 }
 
 /// The limits Appendix C quotes ("Limits, checked before any work", "Notes on standard error").
@@ -2653,7 +2682,7 @@ fn the_limits_are_those_appendix_c_quotes() {
     assert_eq!(reader_tools::MAX_WEIGHT_BYTES, 16384 * 16384 * 8, "one 16384² float64 matrix");
     assert_eq!(reader_tools::weight_bytes(&[200_000, 200_000], 4), Some(160_000_000_000));
     assert_eq!(figures::MAX_SIDE, 8000);
-    assert_eq!((reader_tools::PNG_MIN_CELL, reader_tools::PNG_MARGIN), (2, 400));
+    assert_eq!(reader_tools::PNG_MIN_CELL, 2);
     assert_eq!(reader_tools::MAX_VIEW_WEIGHTS, 1 << 22);
     assert_eq!(reader_tools::progress::AFTER, std::time::Duration::from_secs(2));
     assert_eq!(reader_tools::DEBUG_NOTE_FROM, 2e8);
@@ -2661,7 +2690,13 @@ fn the_limits_are_those_appendix_c_quotes() {
         Path::new(env!("CARGO_MANIFEST_DIR")).join("book/appendix-tools.md"),
     )
     .unwrap();
-    for quoted in ["2 GiB ($2^{31}$ bytes)", "within 7600 pixels", "$2 \\times 10^8$", "160000000000 bytes"] {
+    for quoted in [
+        "2 GiB ($2^{31}$ bytes)",
+        "cells of at least 2 pixels",
+        "limit of 8000 pixels a side",
+        "$2 \\times 10^8$",
+        "160000000000 bytes",
+    ] {
         assert!(book.contains(quoted), "Appendix C should say {quoted:?}");
     }
 }
@@ -2748,4 +2783,44 @@ fn multihead_png_scale_row() {
     let summary = ok(multihead_run(&list));
     assert!(summary.contains("each row scaled to its maximum"), "{summary}");
     assert!(std::fs::read(&png).unwrap().starts_with(b"\x89PNG"));
+}
+
+/// multihead reads a (batch, L, L) mask as one mask per item; when batch = H, attend would
+/// read the same file as one per head, so a note says which reading was taken and how to
+/// ask for either. A (batch, 1, L, L) mask says it already: no note.
+#[test]
+fn multihead_notes_how_an_ambiguous_mask_was_read() {
+    let dir = TempDir::new().unwrap();
+    let case = "f64_d6_h3_batch2_L4";
+    let x = out_path(&dir, "x.npy");
+    let values = Array::from_shape_fn((3, 4, 6), |(b, i, j)| (b + 2 * i + 3 * j) as f64 * 0.05);
+    write_npy(&x, &values).unwrap();
+    let out = out_path(&dir, "out.npy");
+    let mut base = layer_args("mha", case, "x.npy");
+    base[1] = x.clone();
+    base.extend(args(&["--heads", "3", "--out", &out]));
+    let causal = |b: usize, i: usize, j: usize| j <= i || b == 0;
+    let (ambiguous, explicit) = (out_path(&dir, "m3.npy"), out_path(&dir, "m4.npy"));
+    write_npy(&ambiguous, &Array::from_shape_fn((3, 4, 4), |(b, i, j)| causal(b, i, j)))
+        .unwrap();
+    write_npy(&explicit, &Array::from_shape_fn((3, 1, 4, 4), |(b, _, i, j)| causal(b, i, j)))
+        .unwrap();
+    let _ = reader_tools::take_notes();
+    let mut list = base.clone();
+    list.extend(["--mask".to_string(), ambiguous.clone()]);
+    multihead_run(&list).unwrap();
+    let first = read_npy::<_, ArrayD<f64>>(&out).unwrap();
+    let notes = reader_tools::take_notes();
+    assert_eq!(notes.len(), 1, "{notes:?}");
+    assert!(
+        notes[0].starts_with(&format!("{ambiguous}: a (3, 4, 4) mask with batch = H = 3"))
+            && notes[0].contains("one mask per batch item")
+            && notes[0].contains("(3, 1, 4, 4) for one per item or (1, 3, 4, 4) for one per head"),
+        "{notes:?}"
+    );
+    let mut list = base.clone();
+    list.extend(["--mask".to_string(), explicit]);
+    multihead_run(&list).unwrap();
+    assert!(reader_tools::take_notes().is_empty());
+    assert_eq!(read_npy::<_, ArrayD<f64>>(&out).unwrap(), first, "the same reading");
 }

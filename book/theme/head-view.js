@@ -39,6 +39,15 @@
   const SVG_NS = "http://www.w3.org/2000/svg";
   /** Canvas backing stores larger than this on a side are not drawn by every browser. */
   const MAX_CANVAS_PX = 16000;
+  /** Nor larger than this in all (Safari's limit is about 16.7 million pixels, 4096²). */
+  const MAX_CANVAS_AREA = 16000000;
+  /** Backing-store pixels per CSS pixel for a `width` × `height` canvas: the device's pixel
+   *  ratio, less where a side or the area would pass MAX_CANVAS_PX or MAX_CANVAS_AREA. */
+  function canvasScale(width, height) {
+    const side = MAX_CANVAS_PX / Math.max(width, height, 1);
+    const area = Math.sqrt(MAX_CANVAS_AREA / Math.max(width * height, 1));
+    return Math.min(window.devicePixelRatio || 1, side, area);
+  }
   const views = [];
 
   function el(tag, attrs, children) {
@@ -366,7 +375,7 @@
       );
       const width = matrix ? cellW * nk : Math.max(60, this.plot.clientWidth);
       this.plot.style.height = `${height}px`;
-      const scale = Math.min(window.devicePixelRatio || 1, MAX_CANVAS_PX / Math.max(width, height));
+      const scale = canvasScale(width, height);
       this.canvas.width = Math.max(1, Math.round(width * scale));
       this.canvas.height = Math.max(1, Math.round(height * scale));
       this.canvas.style.width = `${width}px`;
@@ -689,14 +698,16 @@
     }
 
     /** What the view shows now, as a canvas: the picture of toSvg at the device's pixel
-     *  ratio (less where a side would pass MAX_CANVAS_PX). */
+     *  ratio (less where a side or the area would pass MAX_CANVAS_PX or MAX_CANVAS_AREA);
+     *  null when the browser gives no canvas to draw on. */
     toCanvas() {
       const m = this.exportLayout();
-      const scale = Math.min(window.devicePixelRatio || 1, MAX_CANVAS_PX / Math.max(m.width, m.height));
+      const scale = canvasScale(m.width, m.height);
       const canvas = document.createElement("canvas");
       canvas.width = Math.max(1, Math.round(m.width * scale));
       canvas.height = Math.max(1, Math.round(m.height * scale));
       const ctx = canvas.getContext("2d");
+      if (!ctx) return null;
       ctx.setTransform(scale, 0, 0, scale, 0, 0);
       this.paintExport(canvasPainter(ctx), m);
       return canvas;
@@ -707,7 +718,16 @@
       if (format === "svg") {
         save(new Blob([this.toSvg()], { type: "image/svg+xml" }), `${name}.svg`);
       } else {
-        this.toCanvas().toBlob(blob => { if (blob) save(blob, `${name}.png`); }, "image/png");
+        // A browser that cannot make the PNG (a canvas too large for it) says so in the
+        // readout rather than doing nothing.
+        const failed = () => {
+          this.readout.textContent = "The PNG could not be made (the picture is too large " +
+            "for this browser); the SVG button saves the same picture.";
+        };
+        let canvas = null;
+        try { canvas = this.toCanvas(); } catch (e) { canvas = null; }
+        if (!canvas) { failed(); return; }
+        canvas.toBlob(blob => { if (blob) save(blob, `${name}.png`); else failed(); }, "image/png");
       }
     }
 

@@ -15,13 +15,13 @@ use gpu::{Gpu, GpuError, Kernel};
 use ndarray::{ArrayD, IxDyn};
 use ndarray_npy::WritableElement;
 
-use super::outputs::{Named, Outputs, check_distinct};
+use super::outputs::{Named, Outputs, check_distinct, check_outputs};
 use super::npy;
 use super::progress::Progress;
 use super::{
     Failure, MaskArg, Picture, Tensor, View, Written, after_help, at_least_one,
-    check_weight_bytes, drawing, explain, load_mask, note_if_debug, same_dtype, shape_text, usage,
-    wrote,
+    check_weight_bytes, drawing, dtype_name, explain, load_mask, note_if_debug, same_dtype,
+    shape_text, usage, wrote,
 };
 
 #[path = "../common/timing.rs"]
@@ -184,6 +184,8 @@ pub fn run(args: Vec<OsString>) -> Result<String, Failure> {
     inputs.extend(cli.grad_out.as_deref().map(|path| Named { flag: "--grad-out", path }));
     check_distinct(&inputs, &cli.outputs())
         .map_err(|message| usage::<Cli>(ErrorKind::ArgumentConflict, message))?;
+    // An output's folder is checked now, not after the work when the output is written.
+    check_outputs(&cli.outputs()).map_err(Failure::Data)?;
 
     if let Some((weights_shape, element)) = weights_from_headers(&cli) {
         let n = weights_shape.len();
@@ -295,8 +297,7 @@ fn check_sizes(
             "use --impl tiled, which computes the output without forming them"
         };
         let files = format!("{}, {}", cli.q.display(), cli.k.display());
-        let dtype = if element == 4 { "float32" } else { "float64" };
-        check_weight_bytes(&files, weights_shape, dtype, element, way_out)?;
+        check_weight_bytes(&files, weights_shape, dtype_name(element), element, way_out)?;
     }
     let (labels, title, axes) = (cli.written.labels.as_deref(), String::new(), &[][..]);
     if let Some(path) = cli.written.png.as_deref() {

@@ -32,7 +32,7 @@ use attention::mask::Mask;
 use attention::{AttentionError, Float};
 use clap::CommandFactory;
 use clap::error::ErrorKind;
-use figures::{HeadView, Heatmap, HeatmapGrid, Panel, ValueRange};
+use figures::{HeadView, Heatmap, HeatmapGrid, Panel, PanelSize, ValueRange};
 use ndarray::{ArrayD, ArrayViewD, Axis, Dimension, Ix2};
 
 /// How a run of a tool fails.
@@ -95,15 +95,17 @@ pub fn main_with(run: Run) -> ExitCode {
 pub fn process(run: Run, args: Vec<OsString>) -> i32 {
     // Still one thread here, so changing the environment is sound.
     let runtime_dir = args.iter().any(|a| a == "gpu" || a == "--impl=gpu").then(runtime_dir);
-    let code = report(run(args));
+    let result = run(args);
+    // Removed before the report: printing it may end the process (a closed stdout).
     if let Some(Some(dir)) = runtime_dir {
         let _ = std::fs::remove_dir_all(dir);
     }
-    code
+    report(result)
 }
 
 /// Before `--impl gpu` opens the Vulkan driver: when `XDG_RUNTIME_DIR` is not set or not a
-/// directory, points it at a private empty directory (returned, to be removed at the end).
+/// directory, points it at a private empty directory of a name no other directory has
+/// (returned, to be removed at the end).
 /// Mesa's window-system code looks for it and otherwise prints `error: XDG_RUNTIME_DIR is
 /// invalid or not set in the environment.` on a run that succeeds; nothing here uses it.
 fn runtime_dir() -> Option<PathBuf> {
@@ -111,17 +113,16 @@ fn runtime_dir() -> Option<PathBuf> {
     if set {
         return None;
     }
-    let dir = std::env::temp_dir().join(format!(".attention-runtime-{}", std::process::id()));
-    std::fs::create_dir(&dir).ok()?;
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).ok()?;
-    }
+    // A fresh name (a stale directory left by an earlier run is no obstacle), readable by
+    // its owner only.
+    let dir = tempfile::Builder::new().prefix(RUNTIME_DIR_PREFIX).tempdir().ok()?.keep();
     // SAFETY: called from `process` before the tool starts any thread.
     unsafe { std::env::set_var("XDG_RUNTIME_DIR", &dir) };
     Some(dir)
 }
+
+/// How the private `XDG_RUNTIME_DIR` of a `--impl gpu` run is named in the temporary folder.
+pub const RUNTIME_DIR_PREFIX: &str = ".attention-runtime-";
 
 /// Prints a run's summary or failure where it belongs and returns the exit code.
 pub fn report(result: Result<String, Failure>) -> i32 {
@@ -516,12 +517,13 @@ pub fn check_weight_bytes(
     )))
 }
 
+/// NumPy's name for a float of `element` bytes: `float32` (4) or `float64` (8).
+pub fn dtype_name(element: usize) -> &'static str {
+    if element == 4 { "float32" } else { "float64" }
+}
+
 /// The smallest side of a cell `--png` draws, in pixels (the heatmaps never draw smaller).
 pub const PNG_MIN_CELL: usize = 2;
-
-/// What a PNG keeps beside its cells for titles, labels and the colour bar, in pixels: the
-/// cells of a row or a column of panels must fit in [`figures::MAX_SIDE`] minus this.
-pub const PNG_MARGIN: usize = 400;
 
 fn check_finite<A: Float>(path: &Path, a: &ArrayD<A>) -> Result<(), Failure> {
     if let Some((index, x)) = a.indexed_iter().find(|(_, x)| !x.is_finite()) {
@@ -650,9 +652,8 @@ pub struct Picture<'a> {
 
 impl Picture<'_> {
     /// Checks, from the weights' shape alone and so before anything is computed, that the
-    /// picture can be drawn: at most [`MAX_PANELS`] panels, labels that fit, and cells of at
-    /// least [`PNG_MIN_CELL`] pixels that fit in [`figures::MAX_SIDE`] less [`PNG_MARGIN`]
-    /// (a grid has at least 2 panels side by side and at most 4).
+    /// picture can be drawn: at most [`MAX_PANELS`] panels, labels that fit, and a picture,
+    /// as the figures' layout measures it, within [`figures::MAX_SIDE`] pixels a side.
     pub fn check(&self, weights_shape: &[usize]) -> Result<(), Failure> {
         let shown = self.path.display();
         let n = weights_shape.len();
@@ -666,25 +667,53 @@ impl Picture<'_> {
                 shape_text(weights_shape)
             )));
         }
-        let (across, down) = (panels.clamp(1, 2), panels.div_ceil(4).max(1));
-        let room = figures::MAX_SIDE as usize - PNG_MARGIN;
-        let (width, height) = (
-            across.saturating_mul(l_k).saturating_mul(PNG_MIN_CELL),
-            down.saturating_mul(l_q).saturating_mul(PNG_MIN_CELL),
-        );
-        if width > room || height > room {
+        let (width, height) = self.size(weights_shape)?;
+        let side = figures::MAX_SIDE;
+        if width > side || height > side {
             return Err(Failure::Data(format!(
-                "{shown}: the weights {} need cells of at least {width} × {height} pixels \
-                 ({across} panel(s) of {l_k} keys across, {down} of {l_q} queries down, \
-                 {PNG_MIN_CELL} pixels a cell), more than the {room} a PNG has room for (the \
-                 figures' limit of {} pixels a side, less {PNG_MARGIN} for titles and labels); \
-                 leave out --png (--view or --weights show larger weights), or pass fewer \
-                 tokens or a smaller batch",
+                "{shown}: the weights {} would make a picture of {width} × {height} pixels \
+                 ({panels} panel(s) of {l_q} queries by {l_k} keys, at least {PNG_MIN_CELL} \
+                 pixels a cell, with titles and labels), more than the figures' limit of \
+                 {side} pixels a side; leave out --png (--view or --weights show larger \
+                 weights), or pass fewer tokens or a smaller batch",
                 shape_text(weights_shape),
-                figures::MAX_SIDE
             )));
         }
         Ok(())
+    }
+
+    /// The size in pixels of the picture of weights of this shape, measured by the figures'
+    /// own layout ([`figures::HeatmapGrid::size`]) as [`Picture::render`] would draw it, with
+    /// a masked cell counted in (its legend only widens the colour bar).
+    fn size(&self, weights_shape: &[usize]) -> Result<(u32, u32), Failure> {
+        let n = weights_shape.len();
+        let (l_q, l_k) = (weights_shape[n - 2], weights_shape[n - 1]);
+        let labels = self.token_labels(l_q, l_k)?;
+        let panels: usize = weights_shape[..n - 2].iter().product();
+        let grid = HeatmapGrid::new()
+            .title(self.title.clone())
+            .range(ValueRange::Fixed(0.0, 1.0))
+            .colorbar_label(self.scale.colorbar_label())
+            .mask_mark("0");
+        let grid = if self.scale == PngScale::Fixed { grid } else { grid.annotate(false) };
+        // One matrix is drawn as a heatmap: a grid of one untitled panel, the same layout.
+        let sizes: Vec<PanelSize> = (0..panels.max(1))
+            .map(|i| {
+                let mut size = PanelSize::new(l_q, l_k).masked(true);
+                if n > 2 {
+                    size = size.title(self.panel_title(weights_shape, i));
+                }
+                if let Some(labels) = &labels {
+                    size = size.labels(labels);
+                }
+                size
+            })
+            .collect();
+        match grid.size(&sizes) {
+            Ok(size) => Ok(size),
+            Err(figures::FigureError::TooLarge { width, height, .. }) => Ok((width, height)),
+            Err(e) => Err(Failure::Data(format!("{}: cannot draw: {e}", self.path.display()))),
+        }
     }
 
     /// Draws weights `(…, L_q, L_k)` as one heatmap (no leading axes) or a grid with one panel

@@ -13,12 +13,12 @@ use clap::error::ErrorKind;
 use ndarray::{Array2, Array3, Array4, ArrayD, Axis, Ix2, Ix3, IxDyn};
 use ndarray_npy::WritableElement;
 
-use super::outputs::{Named, Outputs, check_distinct};
+use super::outputs::{Named, Outputs, check_distinct, check_outputs};
 use super::progress::Progress;
 use super::{
     Failure, MaskArg, Picture, Tensor, View, Written, after_help, at_least_one,
-    check_weight_bytes, drawing, explain, load_mask, note_if_debug, npy, same_dtype, shape_text,
-    usage, wrote,
+    check_weight_bytes, drawing, dtype_name, explain, load_mask, note, note_if_debug, npy,
+    same_dtype, shape_text, usage, wrote,
 };
 
 /// Multi-head self-attention on your own tensors: X·W_Q, X·W_K, X·W_V split into heads,
@@ -211,7 +211,12 @@ pub fn run(args: Vec<OsString>) -> Result<String, Failure> {
     inputs.extend(mask_file.map(|path| Named { flag: "--mask", path }));
     check_distinct(&inputs, &cli.written.named())
         .map_err(|message| usage::<Cli>(ErrorKind::ArgumentConflict, message))?;
+    // An output's folder is checked now, not after the work when the output is written.
+    check_outputs(&cli.written.named()).map_err(Failure::Data)?;
 
+    if let Some((weights_shape, element)) = weights_from_header(&cli, &plan) {
+        check_sizes(&cli, &plan, &weights_shape, element)?;
+    }
     let x = Tensor::load(&cli.x)?;
     let w = [
         Tensor::load(&cli.wq)?,
@@ -293,7 +298,8 @@ fn layer<A: Float>(
 /// Loads a mask file for the layer's weights `(H, L, L)` or `(batch, H, L, L)` by the rule
 /// `attend` follows (it broadcasts to the weights as PyTorch's `attn_mask` does), with one
 /// addition for a batch: a `(batch, L, L)` mask is one mask per item, applied to every head,
-/// as `(batch, 1, L, L)` is. The mask returned has the weights' full shape.
+/// as `(batch, 1, L, L)` is (with a note when batch = H, where `attend` would read one mask
+/// per head). The mask returned has the weights' full shape.
 fn load_layer_mask(path: &Path, weights_shape: &[usize]) -> Result<Mask, Failure> {
     let fail = |problem: String| Failure::Data(format!("{}: {problem}", path.display()));
     let shape = npy::read_header(path).map_err(fail)?.shape;
@@ -303,6 +309,16 @@ fn load_layer_mask(path: &Path, weights_shape: &[usize]) -> Result<Mask, Failure
         && shape[0] != 1
         && shape[1..] == weights_shape[2..];
     let mask = if per_item {
+        if shape[0] == weights_shape[1] {
+            let (b, l) = (shape[0], shape[1]);
+            note(format!(
+                "{}: a ({b}, {l}, {l}) mask with batch = H = {b} is read as one mask per batch \
+                 item, applied to every head (attend reads it as one per head); to say which, \
+                 save it as ({b}, 1, {l}, {l}) for one per item or (1, {b}, {l}, {l}) for one \
+                 per head",
+                path.display()
+            ));
+        }
         let items = [weights_shape[0], weights_shape[2], weights_shape[3]];
         load_mask(path, &items)?.for_heads()
     } else {
@@ -314,6 +330,72 @@ fn load_layer_mask(path: &Path, weights_shape: &[usize]) -> Result<Mask, Failure
         .map(|a| a.to_owned())
         .ok_or_else(|| fail(format!("the mask does not broadcast to {}", shape_text(weights_shape))))?;
     Mask::from_array(full).map_err(|e| fail(e.to_string()))
+}
+
+/// The PNG and the page the options ask for, with panels named by head (and batch item,
+/// when X of `x_axes` axes has a batch).
+fn pictures<'a>(
+    cli: &'a Cli,
+    plan: &Plan,
+    x_axes: usize,
+) -> (Option<Picture<'a>>, Option<View<'a>>) {
+    let panel_axes: &[&str] = if x_axes == 2 { &["head"] } else { &["batch", "head"] };
+    let labels = cli.written.labels.as_deref();
+    let picture = cli.written.png.as_deref().map(|path| Picture {
+        path,
+        labels,
+        title: plan.title(),
+        axes: panel_axes,
+        scale: cli.written.png_scale,
+    });
+    let view = cli.written.view.as_deref().map(|path| View {
+        path,
+        labels,
+        title: plan.title(),
+        axes: panel_axes,
+    });
+    (picture, view)
+}
+
+/// Checks every size that follows from X's shape: the weights the layer forms
+/// ([`check_weight_bytes`]), the PNG's pixels and the page's weights.
+fn check_sizes(
+    cli: &Cli,
+    plan: &Plan,
+    weights_shape: &[usize],
+    element: usize,
+) -> Result<(), Failure> {
+    check_weight_bytes(
+        &cli.x.display().to_string(),
+        weights_shape,
+        dtype_name(element),
+        element,
+        "multihead always forms every head's weights: pass fewer tokens or a smaller batch \
+         (attend --impl tiled computes one head's attention without them)",
+    )?;
+    let (picture, view) = pictures(cli, plan, weights_shape.len() - 1);
+    if let Some(picture) = &picture {
+        picture.check(weights_shape)?;
+    }
+    if let Some(view) = &view {
+        view.check(weights_shape)?;
+    }
+    Ok(())
+}
+
+/// The shape of the weights, `(…, H, L, L)`, and the bytes of an element, from X's header
+/// alone, when it is a readable float array of 2 or 3 axes (otherwise loading it reports the
+/// problem).
+fn weights_from_header(cli: &Cli, plan: &Plan) -> Option<(Vec<usize>, usize)> {
+    let x = npy::read_header(&cli.x).ok()?;
+    let element = x.dtype.filter(|d| d.kind == 'f' && matches!(d.size, 4 | 8))?.size;
+    let n = x.shape.len();
+    if !(2..=3).contains(&n) {
+        return None;
+    }
+    let mut shape = x.shape[..n - 2].to_vec();
+    shape.extend([plan.heads, x.shape[n - 2], x.shape[n - 2]]);
+    Some((shape, element))
 }
 
 fn multihead<A: Float + WritableElement>(
@@ -335,37 +417,10 @@ fn multihead<A: Float + WritableElement>(
     let l = x.shape()[x.ndim() - 2];
     let mut weights_shape = x.shape()[..x.ndim() - 2].to_vec();
     weights_shape.extend([plan.heads, l, l]);
-    let panel_axes: &[&str] = if x.ndim() == 2 { &["head"] } else { &["batch", "head"] };
-    let labels = cli.written.labels.as_deref();
-    let picture = cli.written.png.as_deref().map(|path| Picture {
-        path,
-        labels,
-        title: plan.title(),
-        axes: panel_axes,
-        scale: cli.written.png_scale,
-    });
-    let view = cli.written.view.as_deref().map(|path| View {
-        path,
-        labels,
-        title: plan.title(),
-        axes: panel_axes,
-    });
-    // Every size that follows from the headers, checked before any work.
-    let dtype = if size_of::<A>() == 4 { "float32" } else { "float64" };
-    check_weight_bytes(
-        &x_shown.to_string(),
-        &weights_shape,
-        dtype,
-        size_of::<A>(),
-        "multihead always forms every head's weights: pass fewer tokens or a smaller batch \
-         (attend --impl tiled computes one head's attention without them)",
-    )?;
-    if let Some(picture) = &picture {
-        picture.check(&weights_shape)?;
-    }
-    if let Some(view) = &view {
-        view.check(&weights_shape)?;
-    }
+    let (picture, view) = pictures(cli, plan, x.ndim());
+    // Every size that follows from the shapes, checked before any work (`run` checked them
+    // from X's header already, before reading the data; this covers the rest).
+    check_sizes(cli, plan, &weights_shape, size_of::<A>())?;
     let tokens: f64 = x.shape()[..x.ndim() - 1].iter().map(|&s| s as f64).product();
     let d = d_model as f64;
     note_if_debug("multihead", tokens * (4.0 * d * d + 2.0 * l as f64 * d));

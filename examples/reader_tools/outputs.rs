@@ -71,6 +71,34 @@ fn inode(_: &fs::Metadata) -> Option<(u64, u64)> {
     None
 }
 
+/// Checks, before any work, that each output can be written where it is named: its folder
+/// exists and it is not a directory itself. The message starts with the path, then names the
+/// option and, for a missing folder, the folder.
+pub fn check_outputs(outputs: &[Named]) -> Result<(), String> {
+    for out in outputs {
+        let folder = match out.path.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p,
+            _ => Path::new("."),
+        };
+        if !folder.is_dir() {
+            return Err(format!(
+                "{} ({}): the folder {} does not exist; create it, or choose another path",
+                out.path.display(),
+                out.flag,
+                folder.display()
+            ));
+        }
+        if out.path.is_dir() {
+            return Err(format!(
+                "{} ({}): it is a directory; give a file name",
+                out.path.display(),
+                out.flag
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// Refuses an output that is the same file as an input or as another output; the message
 /// names both options and both paths.
 pub fn check_distinct(inputs: &[Named], outputs: &[Named]) -> Result<(), String> {

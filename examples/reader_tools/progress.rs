@@ -18,9 +18,19 @@ pub const AFTER_VAR: &str = "ATTENTION_PROGRESS_AFTER_MS";
 /// Where the line goes.
 pub type Sink = Box<dyn Write + Send>;
 
-/// A progress line being shown (or not); [`Progress::finish`] ends it.
+/// How a progress line ends.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum End {
+    /// The work is done ([`Progress::finish`]): the line says so, with the time it took.
+    Done,
+    /// The line is dropped unfinished (the work failed): it is cleared, and says nothing.
+    Dropped,
+}
+
+/// A progress line being shown (or not); [`Progress::finish`] ends it with "done", dropping
+/// it unfinished (as a failing run does) clears it.
 pub struct Progress {
-    done: Arc<(Mutex<bool>, Condvar)>,
+    done: Arc<(Mutex<Option<End>>, Condvar)>,
     thread: Option<JoinHandle<()>>,
 }
 
@@ -39,7 +49,7 @@ impl Progress {
     /// Starts the line `what` on `sink` (nothing when `None`), first shown after `after`,
     /// then rewritten every second with the time elapsed.
     pub fn start_to(what: String, sink: Option<Sink>, after: Duration) -> Progress {
-        let done = Arc::new((Mutex::new(false), Condvar::new()));
+        let done = Arc::new((Mutex::new(None), Condvar::new()));
         let thread = sink.map(|mut sink| {
             let done = Arc::clone(&done);
             std::thread::spawn(move || {
@@ -50,17 +60,26 @@ impl Progress {
                 let mut finished = lock.lock().unwrap_or_else(|e| e.into_inner());
                 loop {
                     let (guard, _) = signal
-                        .wait_timeout_while(finished, wait, |done| !*done)
+                        .wait_timeout_while(finished, wait, |end| end.is_none())
                         .unwrap_or_else(|e| e.into_inner());
                     finished = guard;
                     let secs = start.elapsed().as_secs();
-                    if *finished {
-                        if shown {
+                    let line = format!("{what}: {secs} s so far…");
+                    match *finished {
+                        Some(End::Done) if shown => {
                             let _ = writeln!(sink, "\r{what}: done after {secs} s   ");
+                            return;
                         }
-                        return;
+                        Some(End::Dropped) if shown => {
+                            let blank = " ".repeat(line.chars().count() + 3);
+                            let _ = write!(sink, "\r{blank}\r");
+                            let _ = sink.flush();
+                            return;
+                        }
+                        Some(_) => return,
+                        None => {}
                     }
-                    let _ = write!(sink, "\r{what}: {secs} s so far…");
+                    let _ = write!(sink, "\r{line}");
                     let _ = sink.flush();
                     shown = true;
                     wait = Duration::from_secs(1);
@@ -72,12 +91,12 @@ impl Progress {
 
     /// Ends the line (with the total time, if it was shown) and waits for it to be written.
     pub fn finish(mut self) {
-        self.stop();
+        self.stop(End::Done);
     }
 
-    fn stop(&mut self) {
+    fn stop(&mut self, end: End) {
         let (lock, signal) = &*self.done;
-        *lock.lock().unwrap_or_else(|e| e.into_inner()) = true;
+        lock.lock().unwrap_or_else(|e| e.into_inner()).get_or_insert(end);
         signal.notify_all();
         if let Some(thread) = self.thread.take() {
             let _ = thread.join();
@@ -86,7 +105,8 @@ impl Progress {
 }
 
 impl Drop for Progress {
+    /// Clears the line without saying "done": a run that fails drops its progress unfinished.
     fn drop(&mut self) {
-        self.stop();
+        self.stop(End::Dropped);
     }
 }

@@ -216,6 +216,27 @@ impl Panel {
         Ok(())
     }
 
+    /// What the layout needs to know of the panel.
+    fn shape(&self, style: &Style) -> Shape<'_> {
+        let (rows, cols) = self.data.dim();
+        let value_w = self
+            .data
+            .iter()
+            .filter(|v| v.is_finite())
+            .map(|&v| VALUE.width(&format_value(v, style.precision)))
+            .max()
+            .unwrap_or(0);
+        Shape {
+            rows,
+            cols,
+            title: self.title.as_deref(),
+            row_labels: self.row_labels.as_deref(),
+            col_labels: self.col_labels.as_deref(),
+            value_w,
+            any_masked: self.data.indexed_iter().any(|((r, c), _)| self.is_masked(r, c)),
+        }
+    }
+
     fn unmasked_values(&self) -> impl Iterator<Item = f64> + '_ {
         self.data
             .indexed_iter()
@@ -233,6 +254,79 @@ impl Panel {
         self.col_labels
             .as_ref()
             .map_or_else(|| c.to_string(), |l| l[c].clone())
+    }
+}
+
+/// The size of a [`HeatmapGrid`]'s panel without its values, for [`HeatmapGrid::size`]: a
+/// matrix's rows and columns, its title, its labels and whether any cell is masked.
+///
+/// ```
+/// let panel = figures::PanelSize::new(3, 3).title("head 0").labels(&["a", "b", "c"]);
+/// # let _ = panel;
+/// ```
+#[derive(Clone, Debug)]
+pub struct PanelSize {
+    rows: usize,
+    cols: usize,
+    title: Option<String>,
+    row_labels: Option<Vec<String>>,
+    col_labels: Option<Vec<String>>,
+    masked: bool,
+}
+
+impl PanelSize {
+    /// A panel of `rows × cols` cells, untitled, numbered, with no masked cell.
+    pub fn new(rows: usize, cols: usize) -> Self {
+        PanelSize {
+            rows,
+            cols,
+            title: None,
+            row_labels: None,
+            col_labels: None,
+            masked: false,
+        }
+    }
+
+    /// The panel's title (see [`Panel::title`]).
+    pub fn title(mut self, title: impl Into<String>) -> Self {
+        self.title = Some(title.into());
+        self
+    }
+
+    /// The same labels for rows and columns (see [`Panel::labels`]).
+    pub fn labels<L: AsRef<str>>(mut self, labels: &[L]) -> Self {
+        let labels: Vec<String> = labels.iter().map(|l| l.as_ref().to_string()).collect();
+        self.row_labels = Some(labels.clone());
+        self.col_labels = Some(labels);
+        self
+    }
+
+    /// Whether some cell is masked: the colour bar then has a legend for masked cells.
+    pub fn masked(mut self, masked: bool) -> Self {
+        self.masked = masked;
+        self
+    }
+}
+
+/// What the layout needs to know of a panel: its size, title, labels, the widest value it
+/// writes in a cell and whether any cell is masked.
+struct Shape<'a> {
+    rows: usize,
+    cols: usize,
+    title: Option<&'a str>,
+    row_labels: Option<&'a [String]>,
+    col_labels: Option<&'a [String]>,
+    value_w: i32,
+    any_masked: bool,
+}
+
+impl Shape<'_> {
+    fn row_label(&self, r: usize) -> String {
+        self.row_labels.map_or_else(|| r.to_string(), |l| l[r].clone())
+    }
+
+    fn col_label(&self, c: usize) -> String {
+        self.col_labels.map_or_else(|| c.to_string(), |l| l[c].clone())
     }
 }
 
@@ -729,6 +823,94 @@ impl HeatmapGrid {
         )
     }
 
+    /// The size in pixels, `(width, height)`, that [`HeatmapGrid::to_png`] would draw this
+    /// grid's settings (title, columns, colours, axis titles) with panels of the given sizes,
+    /// measured by the same layout code that draws, without the values: so a caller can refuse
+    /// a figure larger than [`crate::MAX_SIDE`] before computing what it would show. The
+    /// panels added with [`HeatmapGrid::panel`] are ignored. Values are taken to lie in the
+    /// grid's range (0 to 1 when it is [`ValueRange::Auto`]): they decide the width of a cell
+    /// that shows its number and the labels of the colour bar.
+    ///
+    /// An error when `panels` is empty, a panel has no rows or columns, labels do not match,
+    /// or a side has more than [`crate::MAX_SIDE`] cells (at least 2 pixels each, the figure
+    /// could not be drawn).
+    ///
+    /// ```
+    /// use figures::{HeatmapGrid, PanelSize, ValueRange};
+    /// let grid = HeatmapGrid::new().title("Eight heads").range(ValueRange::Fixed(0.0, 1.0));
+    /// let heads: Vec<PanelSize> =
+    ///     (0..8).map(|h| PanelSize::new(1500, 1500).title(format!("head {h}"))).collect();
+    /// let (width, height) = grid.size(&heads)?;
+    /// // Two panels of 1500 cells of 2 pixels across, four down: too large to draw.
+    /// assert!(width > 6000 && height > 12000);
+    /// assert!(height > figures::MAX_SIDE);
+    /// # Ok::<(), figures::FigureError>(())
+    /// ```
+    pub fn size(&self, panels: &[PanelSize]) -> Result<(u32, u32)> {
+        if panels.is_empty() {
+            return Err(FigureError::Nothing("no panels to measure".into()));
+        }
+        let style = &self.style;
+        let (low, high) = style.range.resolve(style.scheme, std::iter::empty())?;
+        let scale = Scale {
+            scheme: style.scheme,
+            low,
+            high,
+        };
+        let value_w = [low, high]
+            .iter()
+            .map(|&v| VALUE.width(&format_value(v, style.precision)))
+            .max()
+            .unwrap_or(0);
+        let mut shapes = Vec::with_capacity(panels.len());
+        for (i, p) in panels.iter().enumerate() {
+            if p.rows == 0 || p.cols == 0 {
+                return Err(FigureError::EmptyMatrix {
+                    what: format!("panel {i}"),
+                    rows: p.rows,
+                    cols: p.cols,
+                });
+            }
+            for (axis, labels, len) in
+                [("row", &p.row_labels, p.rows), ("column", &p.col_labels, p.cols)]
+            {
+                if let Some(labels) = labels
+                    && labels.len() != len
+                {
+                    return Err(FigureError::LabelCount {
+                        axis,
+                        labels: labels.len(),
+                        len,
+                    });
+                }
+            }
+            // Every cell is at least 2 pixels, so such a side cannot be drawn (and would
+            // overflow the measuring).
+            let side = canvas::MAX_SIDE as usize;
+            if p.rows > side || p.cols > side {
+                let px = |n: usize| u32::try_from(n.saturating_mul(2)).unwrap_or(u32::MAX);
+                return Err(FigureError::TooLarge {
+                    width: px(p.cols),
+                    height: px(p.rows),
+                    limit: canvas::MAX_SIDE,
+                });
+            }
+            shapes.push(Shape {
+                rows: p.rows,
+                cols: p.cols,
+                title: p.title.as_deref(),
+                row_labels: p.row_labels.as_deref(),
+                col_labels: p.col_labels.as_deref(),
+                value_w,
+                any_masked: p.masked,
+            });
+        }
+        let title = self.title.as_deref();
+        let (_, g) =
+            measure(&shapes, style, title, self.columns, self.every_panel_titled, &scale)?;
+        Ok((g.width as u32, g.height as u32))
+    }
+
     /// Draws the grid into the PNG file at `path` (its directory must exist) and returns the path.
     ///
     /// ```
@@ -772,27 +954,20 @@ struct Layout {
 
 impl Layout {
     fn new(
-        panels: &[Panel],
+        panels: &[Shape<'_>],
         style: &Style,
         title: Option<&str>,
         columns: Option<usize>,
         every_panel_titled: bool,
         scale: &Scale,
     ) -> Result<Self> {
-        let max_rows = panels.iter().map(|p| p.data.nrows()).max().unwrap_or(1);
-        let max_cols = panels.iter().map(|p| p.data.ncols()).max().unwrap_or(1);
-        let any_masked = panels
-            .iter()
-            .any(|p| p.data.indexed_iter().any(|((r, c), _)| p.is_masked(r, c)));
+        let max_rows = panels.iter().map(|p| p.rows).max().unwrap_or(1);
+        let max_cols = panels.iter().map(|p| p.cols).max().unwrap_or(1);
+        let any_masked = panels.iter().any(|p| p.any_masked);
         // Widest text a cell must hold when annotated.
         let value_w = panels
             .iter()
-            .flat_map(|p| {
-                p.data
-                    .iter()
-                    .filter(|v| v.is_finite())
-                    .map(|&v| VALUE.width(&format_value(v, style.precision)))
-            })
+            .map(|p| p.value_w)
             .chain(any_masked.then(|| VALUE.width(&style.mask_mark)))
             .max()
             .unwrap_or(0);
@@ -810,8 +985,7 @@ impl Layout {
             row_label_w: 0,
             col_label_h: 0,
             panel_title_h: if panels.iter().any(|p| p.title.is_some()) {
-                PANEL_TITLE
-                    .block_height(max_lines(panels.iter().filter_map(|p| p.title.as_deref())))
+                PANEL_TITLE.block_height(max_lines(panels.iter().filter_map(|p| p.title)))
                     + GAP
             } else {
                 0
@@ -862,7 +1036,7 @@ impl Layout {
     }
 
     /// Sets the cell size and everything that depends on it (label thinning and rotation).
-    fn set_cell(&mut self, panels: &[Panel], cell: i32, annotate: bool) {
+    fn set_cell(&mut self, panels: &[Shape<'_>], cell: i32, annotate: bool) {
         self.cell = cell;
         self.annotate = annotate;
         let spacing = LABEL.line_height() + 2;
@@ -872,14 +1046,14 @@ impl Layout {
         self.row_label_w = panels
             .iter()
             .flat_map(|p| {
-                shown(self.row_step, p.data.nrows()).map(move |r| LABEL.width(&p.row_label(r)))
+                shown(self.row_step, p.rows).map(move |r| LABEL.width(&p.row_label(r)))
             })
             .max()
             .unwrap_or(0);
         let col_w = panels
             .iter()
             .flat_map(|p| {
-                shown(self.col_step, p.data.ncols()).map(move |c| LABEL.width(&p.col_label(c)))
+                shown(self.col_step, p.cols).map(move |c| LABEL.width(&p.col_label(c)))
             })
             .max()
             .unwrap_or(0);
@@ -958,50 +1132,43 @@ fn colorbar_width(style: &Style, scale: &Scale, any_masked: bool) -> i32 {
     bar.max(legend)
 }
 
-/// Validates, lays out and draws panels in `columns` grid columns (`None`: as many as fit) and
-/// with the axis titles on every panel or once; `what` names a single matrix or the panels in
-/// errors.
-fn render(
-    panels: &[Panel],
+/// Where a grid's parts go, in pixels: what [`render`] draws, [`HeatmapGrid::size`] reports.
+struct Geometry {
+    grid_left: i32,
+    /// Where each grid column's slot begins (one more entry: where a next one would).
+    slot_x: Vec<i32>,
+    /// Where each grid row's slot begins (likewise).
+    slot_y: Vec<i32>,
+    grid_right: i32,
+    bar_x: i32,
+    bar_top: i32,
+    bar_h: i32,
+    title_w: i32,
+    width: i32,
+    height: i32,
+}
+
+/// Lays out panels of the given shapes: the one measuring that both drawing and
+/// [`HeatmapGrid::size`] use.
+fn measure(
+    panels: &[Shape<'_>],
     style: &Style,
     title: Option<&str>,
     columns: Option<usize>,
     every_panel_titled: bool,
-    what: &str,
-) -> Result<Vec<u8>> {
-    for (i, p) in panels.iter().enumerate() {
-        let name = if panels.len() == 1 && what != "panel" {
-            what.to_string()
-        } else {
-            format!("panel {i}")
-        };
-        p.validate(&name)?;
-    }
-    let (low, high) = style
-        .range
-        .resolve(style.scheme, panels.iter().flat_map(Panel::unmasked_values))?;
-    let scale = Scale {
-        scheme: style.scheme,
-        low,
-        high,
-    };
-    let l = Layout::new(panels, style, title, columns, every_panel_titled, &scale)?;
+    scale: &Scale,
+) -> Result<(Layout, Geometry)> {
+    let l = Layout::new(panels, style, title, columns, every_panel_titled, scale)?;
     let grid_rows = panels.len().div_ceil(l.columns);
 
     // Each grid column is as wide as its widest matrix, each grid row as tall as its tallest.
     let in_column = |c: usize| panels.iter().skip(c).step_by(l.columns);
     let in_row = |r: usize| panels.iter().skip(r * l.columns).take(l.columns);
     let col_w: Vec<i32> = (0..l.columns)
-        .map(|c| {
-            in_column(c)
-                .map(|p| p.data.ncols() as i32)
-                .max()
-                .unwrap_or(0)
-                * l.cell
-        })
+        .map(|c| in_column(c).map(|p| p.cols as i32).max().unwrap_or(0) * l.cell)
         .collect();
     let row_h: Vec<i32> = (0..grid_rows)
-        .map(|r| in_row(r).map(|p| p.data.nrows() as i32).max().unwrap_or(0) * l.cell)
+        .map(|r| in_row(r).map(|p| p.rows as i32).max().unwrap_or(0) * l.cell)
         .collect();
     let grid_left = MARGIN + l.row_title_w;
     let grid_top = MARGIN + l.title_h;
@@ -1030,6 +1197,62 @@ fn render(
     let title_w = title.map_or(0, |t| TITLE.block_width(t));
     let width = (bar_x + l.bar_w + MARGIN).max(title_w + 2 * MARGIN);
     let height = grid_bottom.max(bar_top + bar_h + legend_h) + MARGIN;
+    let geometry = Geometry {
+        grid_left,
+        slot_x,
+        slot_y,
+        grid_right,
+        bar_x,
+        bar_top,
+        bar_h,
+        title_w,
+        width,
+        height,
+    };
+    Ok((l, geometry))
+}
+
+/// Validates, lays out and draws panels in `columns` grid columns (`None`: as many as fit) and
+/// with the axis titles on every panel or once; `what` names a single matrix or the panels in
+/// errors.
+fn render(
+    panels: &[Panel],
+    style: &Style,
+    title: Option<&str>,
+    columns: Option<usize>,
+    every_panel_titled: bool,
+    what: &str,
+) -> Result<Vec<u8>> {
+    for (i, p) in panels.iter().enumerate() {
+        let name = if panels.len() == 1 && what != "panel" {
+            what.to_string()
+        } else {
+            format!("panel {i}")
+        };
+        p.validate(&name)?;
+    }
+    let (low, high) = style
+        .range
+        .resolve(style.scheme, panels.iter().flat_map(Panel::unmasked_values))?;
+    let scale = Scale {
+        scheme: style.scheme,
+        low,
+        high,
+    };
+    let shapes: Vec<Shape<'_>> = panels.iter().map(|p| p.shape(style)).collect();
+    let (l, g) = measure(&shapes, style, title, columns, every_panel_titled, &scale)?;
+    let Geometry {
+        grid_left,
+        slot_x,
+        slot_y,
+        grid_right,
+        bar_x,
+        bar_top,
+        bar_h,
+        title_w,
+        width,
+        height,
+    } = g;
 
     canvas::render_png(width as u32, height as u32, |area| {
         if let Some(t) = title {
@@ -1234,7 +1457,8 @@ mod tests {
             low: 0.0,
             high: 1.0,
         };
-        Layout::new(&panels, &style, None, None, false, &scale).unwrap()
+        let shapes: Vec<Shape<'_>> = panels.iter().map(|p| p.shape(&style)).collect();
+        Layout::new(&shapes, &style, None, None, false, &scale).unwrap()
     }
 
     #[test]
@@ -1251,5 +1475,49 @@ mod tests {
         // Numbers alone may be thinned in a grid of 16 × 16 panels (that is the old behaviour
         // the labels no longer get).
         assert!(layout(4, 16, false).row_step > 1);
+    }
+
+    /// `HeatmapGrid::size` reports the size of the PNG that `to_png` draws, for grids that
+    /// annotate or not, are labelled, titled, masked, in several rows, or of one panel.
+    #[test]
+    fn size_is_the_size_of_the_drawn_png() {
+        let png_size = |png: &[u8]| {
+            let info = png::Decoder::new(png).read_info().expect("a PNG").info().clone();
+            (info.width, info.height)
+        };
+        let cases: [(usize, usize, usize, bool, bool, Option<&str>); 6] = [
+            (1, 3, 3, false, false, None),
+            (2, 4, 4, true, true, Some("Two heads")),
+            (5, 6, 3, false, true, Some("Five\ntwo lines")),
+            (8, 20, 20, true, false, None),
+            (3, 40, 40, false, true, Some("t")),
+            (4, 2, 7, true, false, None),
+        ];
+        for (n, rows, cols, labelled, masked, title) in cases {
+            let data = Array2::from_shape_fn((rows, cols), |(r, c)| {
+                ((r * cols + c) % 7) as f64 / 7.0
+            });
+            let allowed = Array2::from_shape_fn((rows, cols), |(r, c)| !masked || c <= r);
+            let row_names: Vec<String> = (0..rows).map(|i| format!("row{i}")).collect();
+            let col_names: Vec<String> = (0..cols).map(|i| format!("k{i}")).collect();
+            let mut grid = HeatmapGrid::new().range(ValueRange::Fixed(0.0, 1.0));
+            if let Some(t) = title {
+                grid = grid.title(t);
+            }
+            let mut sizes = Vec::new();
+            for i in 0..n {
+                let mut panel = Panel::new(&data).title(format!("head {i}")).allowed(&allowed);
+                let mut size = PanelSize::new(rows, cols).title(format!("head {i}"));
+                if labelled {
+                    panel = panel.row_labels(&row_names).col_labels(&col_names);
+                    size.row_labels = Some(row_names.clone());
+                    size.col_labels = Some(col_names.clone());
+                }
+                grid = grid.panel(panel);
+                sizes.push(size.masked(masked));
+            }
+            let drawn = png_size(&grid.to_png().unwrap());
+            assert_eq!(grid.size(&sizes).unwrap(), drawn, "{n} panels of {rows} × {cols}");
+        }
     }
 }

@@ -61,5 +61,5 @@ pub use color::{ColorScheme, ValueRange};
 pub use diagram::Diagram;
 pub use error::{FigureError, Result};
 pub use head_view::HeadView;
-pub use heatmap::{ANNOTATE_MAX, Heatmap, HeatmapGrid, Panel, TARGET_WIDTH};
+pub use heatmap::{ANNOTATE_MAX, Heatmap, HeatmapGrid, Panel, PanelSize, TARGET_WIDTH};
 pub use line::{Axis, LineChart};
