@@ -1516,8 +1516,8 @@ fn multihead_decodes_token_by_token_to_the_full_pass() {
             let lead = batch.map_or(vec![], |b| vec![b]);
             assert_eq!(out_dec.shape(), [lead.clone(), vec![7, 16]].concat(), "{what}");
             assert_eq!(w_dec.shape(), [lead, vec![4, 7, 7]].concat(), "{what}");
-            let (d_out, d_w) = (max_diff(&out_dec, &out_full), max_diff(&w_dec, &w_full));
-            assert!(d_out < tolerance && d_w < tolerance, "{what}: {d_out:e}, {d_w:e}");
+            let (diff_out, diff_w) = (max_diff(&out_dec, &out_full), max_diff(&w_dec, &w_full));
+            assert!(diff_out < tolerance && diff_w < tolerance, "{what}: {diff_out:e}, {diff_w:e}");
             // The window (or the causal mask) holds: no weight on a key out of reach.
             let w = window.unwrap_or(7);
             for (index, &weight) in w_dec.indexed_iter() {
@@ -1848,10 +1848,10 @@ fn multihead_reproduces_pytorch_grouped_query_layers() {
         }
         for extra in runs {
             let (summary, out, w) = multihead_outputs(&dir, list, &extra);
-            let (d_out, d_w) = (max_diff(&out, &expected_out), max_diff(&w, &expected_w));
+            let (diff_out, diff_w) = (max_diff(&out, &expected_out), max_diff(&w, &expected_w));
             assert!(
-                d_out < tolerance && d_w < tolerance,
-                "{case} {extra:?}: |out − PyTorch| = {d_out:e}, |weights − PyTorch| = {d_w:e} \
+                diff_out < tolerance && diff_w < tolerance,
+                "{case} {extra:?}: |out − PyTorch| = {diff_out:e}, |weights − PyTorch| = {diff_w:e} \
                  ({summary})"
             );
         }

@@ -4,7 +4,7 @@
 //! part of the book: [`layer`] (Part I, chapters 1–7), [`fast`] (chapter 8), [`position`]
 //! (chapter 9), [`generation`] (chapter 10), [`training`] (Part III, chapters 11–12) and
 //! [`model`] (Part IV, chapter 13); each folder's `mod.rs` says which chapters it serves. Every
-//! module is also re-exported here, one step from the root (`attention::mask::Mask`,
+//! module the chapters name is also re-exported here, one step from the root (`attention::mask::Mask`,
 //! `attention::learn::train`), and the table below, in the order of the chapters, is the map.
 //! The chapters include this code by anchor (`// ANCHOR: name` comments; each file lists its
 //! anchors in its first lines), so what a reader sees is what the tests run.
@@ -22,7 +22,7 @@
 //! | Multi-head attention | [`multihead`] (`layer/`) | [`MultiHeadAttention`](multihead::MultiHeadAttention), [`split_heads`](multihead::split_heads), [`merge_heads`](multihead::merge_heads) |
 //! | Attention at scale | [`tiled`] (`fast/`) | [`online_softmax`](tiled::online_softmax), [`attend_block_reference`](tiled::attend_block_reference) (one block, line by line as the math), [`tiled_sdpa`](tiled::tiled_sdpa), [`tiled_sdpa_batched`](tiled::tiled_sdpa_batched): no `L_q × L_k` matrix |
 //! | Attention at scale | [`kernel`] (`fast/`) | [`PackedHead`](kernel::PackedHead), [`scores_panel`](kernel::scores_panel), [`pv_panel`](kernel::pv_panel), [`exp2_f32`](kernel::exp2_f32), [`exp_f32`](kernel::exp_f32), [`Simd`](kernel::Simd): the tiled path's inner loops, for AVX-512, AVX2 or any processor |
-//! | Where is each word? Position | [`position`] | [`permute_rows`](position::permute_rows), [`sinusoidal`](position::sinusoidal), [`shift_matrix`](position::shift_matrix), [`LearnedPositions`](position::LearnedPositions), [`add_positions`](position::add_positions): order for a layer that has none |
+//! | Where is each word? Position | [`position`] (`position/absolute.rs`) | [`permute_rows`](position::permute_rows), [`sinusoidal`](position::sinusoidal), [`shift_matrix`](position::shift_matrix), [`LearnedPositions`](position::LearnedPositions), [`add_positions`](position::add_positions): order for a layer that has none |
 //! | Where is each word? Position | [`rope`] (`position/`) | [`Rope`](rope::Rope), [`RopeLayout`](rope::RopeLayout), [`layout_permutation`](rope::layout_permutation): rotary position embeddings, both layouts |
 //! | Where is each word? Position | [`alibi`] (`position/`) | [`alibi_slopes`](alibi::alibi_slopes), [`alibi_bias`](alibi::alibi_bias): linear biases on the scores |
 //! | Generating one token at a time | [`gqa`] (`generation/`) | [`sdpa_gqa`](gqa::sdpa_gqa), [`GroupedQueryAttention`](gqa::GroupedQueryAttention): `H` query heads sharing `G` key/value heads (MHA, GQA, MQA) |

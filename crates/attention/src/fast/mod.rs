@@ -2,7 +2,7 @@
 //!
 //! [`tiled`] walks the keys in tiles with an online softmax (FlashAttention's forward pass) and
 //! [`kernel`] holds its inner loops, written for the vector unit (AVX-512, AVX2 or plain Rust).
-//! Both give what [`crate::sdpa::sdpa`] gives, within a stated tolerance. The backward pass
+//! Together they give what [`crate::sdpa::sdpa`] gives, within a stated tolerance. The backward pass
 //! of the same tiles is chapter 11's [`crate::tiled_grad`]; chapter 14 runs the tiled loop as a
 //! GPU kernel (the `gpu` crate).
 

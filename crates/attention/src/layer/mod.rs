@@ -1,5 +1,6 @@
 //! Part I of the book, chapters 1–7 (*Input embeddings* to *The complete layer*): one
-//! attention layer, built up one step at a time, and chapter 8's plain reference for it.
+//! attention layer, built up one step at a time. Its [`sdpa`] is also the plain reference
+//! that chapter 8's fast path is tested against.
 //!
 //! | chapter | module |
 //! |---|---|

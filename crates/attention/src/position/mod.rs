@@ -7,8 +7,6 @@
 //!   here, one step up (`attention::position::sinusoidal`).
 //! - [`rope`]: rotary position embeddings, which rotate the queries and keys.
 //! - [`alibi`]: linear biases on the scores.
-//!
-//! Chapter 16 (a model that writes) settles which of them reads past its training length.
 
 pub mod absolute;
 pub mod alibi;

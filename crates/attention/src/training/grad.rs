@@ -67,10 +67,10 @@ pub fn softmax_backward<A: Float, D: Dimension>(
     check_weights(weights.shape(), "grad_weights", grad_weights.shape())?;
     let last = Axis(weights.ndim() - 1);
     let mut grad_scores = grad_weights.to_owned(); // dP, turned into dS one row at a time
-    for (p, mut ds) in weights.lanes(last).into_iter().zip(grad_scores.lanes_mut(last)) {
+    for (p, mut grad_s) in weights.lanes(last).into_iter().zip(grad_scores.lanes_mut(last)) {
         // rowsum(dP ∘ P) = Σⱼ dPⱼ·Pⱼ, added left to right
-        let rowsum = p.iter().zip(ds.iter()).fold(A::zero(), |acc, (&p, &dp)| acc + dp * p);
-        ds.zip_mut_with(&p, |ds, &p| *ds = p * (*ds - rowsum)); // Pⱼ·(dPⱼ − rowsum)
+        let rowsum = p.iter().zip(grad_s.iter()).fold(A::zero(), |acc, (&p, &g)| acc + g * p);
+        grad_s.zip_mut_with(&p, |g, &p| *g = p * (*g - rowsum)); // Pⱼ·(dPⱼ − rowsum)
     }
     Ok(grad_scores)
 }

@@ -282,14 +282,14 @@ struct Grads<'a, A> {
 /// then `dS`; and the build of the exponential loop to use.
 struct BackwardScratch<A> {
     p: Array2<A>,
-    ds: Array2<A>,
+    grad_s: Array2<A>,
     simd: Simd,
 }
 
 impl<A: Float> BackwardScratch<A> {
     fn new(tiles: Tiles, simd: Simd) -> Self {
         let shape = (tiles.block_q, tiles.tile_k);
-        BackwardScratch { p: Array2::zeros(shape), ds: Array2::zeros(shape), simd }
+        BackwardScratch { p: Array2::zeros(shape), grad_s: Array2::zeros(shape), simd }
     }
 }
 
@@ -366,7 +366,7 @@ fn backward_step<A: Float>(
 ) {
     let (n_q, n_k) = (x.q.nrows(), x.k.nrows());
     let mut p = scratch.p.slice_mut(s![..n_q, ..n_k]);
-    let mut ds = scratch.ds.slice_mut(s![..n_q, ..n_k]);
+    let mut grad_s = scratch.grad_s.slice_mut(s![..n_q, ..n_k]);
     // S = Q_i · K_jᵀ / √d_k, masked as in the forward.
     general_mat_mul(scale, &x.q, &x.k.t(), A::zero(), &mut p);
     mask_tile(&mut p, x.visible, x.at.0, x.at.1);
@@ -382,13 +382,13 @@ fn backward_step<A: Float>(
     // dV_j += Pᵀ · dO_i
     general_mat_mul(A::one(), &p.t(), &x.grad_o, A::one(), grad_v_j);
     // dP = dO_i · V_jᵀ, then dS = P ∘ (dP − D_i), in place.
-    general_mat_mul(A::one(), &x.grad_o, &x.v.t(), A::zero(), &mut ds);
-    for ((mut ds_row, p_row), &d) in ds.rows_mut().into_iter().zip(p.rows()).zip(x.delta) {
-        ds_row.zip_mut_with(&p_row, |ds, &p| *ds = p * (*ds - d));
+    general_mat_mul(A::one(), &x.grad_o, &x.v.t(), A::zero(), &mut grad_s);
+    for ((mut row, p_row), &d) in grad_s.rows_mut().into_iter().zip(p.rows()).zip(x.delta) {
+        row.zip_mut_with(&p_row, |g, &p| *g = p * (*g - d));
     }
     // dQ_i += dS · K_j / √d_k and dK_j += dSᵀ · Q_i / √d_k
-    general_mat_mul(scale, &ds, &x.k, A::one(), grad_q_i);
-    general_mat_mul(scale, &ds.t(), &x.q, A::one(), grad_k_j);
+    general_mat_mul(scale, &grad_s, &x.k, A::one(), grad_q_i);
+    general_mat_mul(scale, &grad_s.t(), &x.q, A::one(), grad_k_j);
 }
 // ANCHOR_END: backward_step
 
@@ -408,7 +408,7 @@ mod tests {
         for (block_q, tile_k) in [(1, 1), (3, 5), (128, 256)] {
             let tiles = Tiles { block_q, tile_k };
             let scratch = BackwardScratch::<f32>::new(tiles, Simd::Portable);
-            assert_eq!(scratch.p.len() + scratch.ds.len(), tiles.backward_scratch_len());
+            assert_eq!(scratch.p.len() + scratch.grad_s.len(), tiles.backward_scratch_len());
         }
     }
 

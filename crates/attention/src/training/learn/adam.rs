@@ -2,7 +2,10 @@
 //!
 //! Anchors (below the doc comments): `adam`, `adam_new`, `adam_with_betas`, `adam_step`.
 
-use super::*;
+use ndarray::{ArrayD, ArrayViewD, ArrayViewMutD};
+
+use super::invalid_setting;
+use crate::error::{AttentionError, Result};
 
 /// Adam (Kingma and Ba), written out: for every parameter `θ` with gradient `g`, at step
 /// `t = 1, 2, …`

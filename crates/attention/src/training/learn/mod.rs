@@ -51,23 +51,7 @@
 //! calls takes the pieces it needs. Every item is reachable here, as `attention::learn::…`.
 //! Each file lists its anchors in its first lines; this one holds `invalid_setting`.
 
-use std::collections::BTreeSet;
-use std::ops::Range;
-
-use ndarray::{
-    Array1, Array2, Array3, Array4, ArrayD, ArrayRef1, ArrayRef2, ArrayRef3, ArrayRef4,
-    ArrayViewD, ArrayViewMutD, Axis, s,
-};
-use rand::distr::{Distribution, Uniform};
-use rand::seq::SliceRandom;
-use rand::{Rng, SeedableRng, rngs::StdRng};
-
-use crate::dropout::Dropout;
-use crate::error::{AttentionError, Result};
-use crate::exact;
-use crate::grad::LayerTape;
-use crate::multihead::MultiHeadAttention;
-use crate::position::add_positions;
+use crate::error::AttentionError;
 
 // ANCHOR: invalid_setting
 fn invalid_setting(what: &str, problem: String) -> AttentionError {

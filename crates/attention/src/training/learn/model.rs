@@ -7,7 +7,22 @@
 //! `loss_and_grads`, `model_step`, `model_update`, `accuracy`, `model_score`, `score_logits`,
 //! `score`, `score_accuracy`.
 
-use super::*;
+use ndarray::{
+    Array1, Array2, Array3, Array4, ArrayRef1, ArrayRef2, ArrayRef3, ArrayViewD,
+    ArrayViewMutD, s,
+};
+use rand::distr::{Distribution, Uniform};
+use rand::{Rng, rngs::StdRng};
+
+use super::{
+    Adam, Batch, ReadoutGrads, cross_entropy, embed, embed_backward, invalid_setting,
+    positions_backward, readout, readout_backward,
+};
+use crate::dropout::Dropout;
+use crate::error::{AttentionError, Result};
+use crate::grad::LayerTape;
+use crate::multihead::MultiHeadAttention;
+use crate::position::add_positions;
 
 /// The shape of a [`TinyTransformer`].
 ///

@@ -5,7 +5,11 @@
 //! Anchors (below the doc comments): `cross_entropy`, `embed`, `embed_backward`,
 //! `positions_backward`, `readout`, `readout_backward`.
 
-use super::*;
+use ndarray::{Array1, Array2, Array3, ArrayRef1, ArrayRef2, ArrayRef3, s};
+
+use super::invalid_setting;
+use crate::error::{AttentionError, Result};
+use crate::exact;
 
 /// The mean cross-entropy of `logits: (n, classes)` against `targets` (one per row; `None`
 /// = the row is not scored), and its gradient with respect to the logits.

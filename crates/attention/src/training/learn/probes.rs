@@ -8,7 +8,13 @@
 //! `prefix_matching_sources`, `offset_sources`, `away_from_answers`, `head_output`,
 //! `copying_score`.
 
-use super::*;
+use std::ops::Range;
+
+use ndarray::{Array3, ArrayRef2, ArrayRef4, Axis, s};
+
+use super::{Score, TinyTransformer, argmax, invalid_setting};
+use crate::error::{AttentionError, Result};
+use crate::exact;
 
 /// How much of its attention a head puts where the answers are: the mean of
 /// `weights[i, sources[i]]` over the rows `i` that have a source (see [`Task::sources`]).

@@ -6,7 +6,14 @@
 //! `task_vocab`, `task_check`, `reversal`, `task_sources`, `induction`, `task_targets`,
 //! `task_sequence`, `task_batch`, `task_probe`, `ceiling`.
 
-use super::*;
+use std::collections::BTreeSet;
+
+use ndarray::Array2;
+use rand::Rng;
+use rand::seq::SliceRandom;
+
+use super::{Score, invalid_setting};
+use crate::error::{AttentionError, Result};
 
 /// A batch of sequences and what each position should predict.
 ///

@@ -1,7 +1,20 @@
 //! The unit tests of the training code: finite differences for every backward pass, the
 //! optimiser, the tasks, the loop, and the measurements of the heads.
 
-use super::*;
+use std::collections::BTreeSet;
+
+use ndarray::{Array1, Array2, Array3, Axis, s};
+use rand::{Rng, SeedableRng, rngs::StdRng};
+
+use super::{
+    Adam, Batch, ModelConfig, Score, Task, TinyTransformer, TrainConfig, TrainingRun, argmax,
+    cross_entropy, embed, embed_backward, heads_weight_on, most_common_token_baseline,
+    offset_sources, position_blind_ceiling, positions_backward, prefix_matching_sources,
+    readout, readout_backward, train, weight_on,
+};
+use crate::dropout::Dropout;
+use crate::exact;
+use crate::position::add_positions;
 use ndarray::{Array, Dimension, array};
 use std::collections::BTreeMap;
 
@@ -194,30 +207,18 @@ fn the_backward_checks_the_tapes_layers() {
 fn evaluation_mode_has_no_dropout() {
     let (model, batch) = tiny_model(true);
     let plain = model.forward(&batch.tokens).unwrap();
-    let ones = model.dropout_masks(
-        &Dropout::new(0.0).unwrap(),
-        2,
-        4,
-        &mut StdRng::seed_from_u64(0),
-    );
+    let ones =
+        model.dropout_masks(&Dropout::new(0.0).unwrap(), 2, 4, &mut StdRng::seed_from_u64(0));
     let (with_ones, _) = model.forward_train(&batch.tokens, Some(&ones)).unwrap();
     assert_eq!(plain.logits, with_ones);
-    let half = model.dropout_masks(
-        &Dropout::new(0.5).unwrap(),
-        2,
-        4,
-        &mut StdRng::seed_from_u64(0),
-    );
+    let half =
+        model.dropout_masks(&Dropout::new(0.5).unwrap(), 2, 4, &mut StdRng::seed_from_u64(0));
     let (dropped, tape) = model.forward_train(&batch.tokens, Some(&half)).unwrap();
     assert!((&dropped - &plain.logits).iter().any(|d| d.abs() > 1e-3));
     // The tape keeps the weights before dropout: the same as in evaluation mode.
     assert_eq!(tape.weights(0), Some(&plain.weights[0]));
-    let wrong = model.dropout_masks(
-        &Dropout::new(0.5).unwrap(),
-        2,
-        3,
-        &mut StdRng::seed_from_u64(0),
-    );
+    let wrong =
+        model.dropout_masks(&Dropout::new(0.5).unwrap(), 2, 3, &mut StdRng::seed_from_u64(0));
     assert!(model.forward_train(&batch.tokens, Some(&wrong)).is_err());
     assert!(model.forward_train(&batch.tokens, Some(&half[..1])).is_err());
 }
@@ -462,10 +463,8 @@ fn induction_learns_a_previous_token_head_and_an_induction_head() {
     let held = &run.held_out;
     let (n, len) = held.tokens.dim();
     let w = run.model.forward(&held.tokens).unwrap().weights;
-    let on_previous =
-        heads_weight_on(&w[0], &offset_sources(n, len, 1..prefix, 1)).unwrap();
-    let on_answer =
-        heads_weight_on(&w[1], &prefix_matching_sources(&held.tokens)).unwrap();
+    let on_previous = heads_weight_on(&w[0], &offset_sources(n, len, 1..prefix, 1)).unwrap();
+    let on_answer = heads_weight_on(&w[1], &prefix_matching_sources(&held.tokens)).unwrap();
     let seven_back = offset_sources(n, len, prefix..len, prefix - 1);
     let on_back = heads_weight_on(&w[1], &seven_back).unwrap();
     let three = |v: &[f64]| v.iter().map(|x| format!("{x:.3}")).collect::<Vec<_>>();
@@ -479,8 +478,7 @@ fn induction_learns_a_previous_token_head_and_an_induction_head() {
     };
     assert!(without(0, 0) < 0.5 && without(0, 1) > 0.98);
     for head in 0..2 {
-        let copying =
-            run.model.copying_score(&held.tokens, &held.targets, 1, head).unwrap();
+        let copying = run.model.copying_score(&held.tokens, &held.targets, 1, head).unwrap();
         assert!(copying.accuracy() > 0.9, "head {head}: {copying:?}");
     }
 }
@@ -543,8 +541,7 @@ fn a_short_run_gives_the_pinned_bits() {
 #[test]
 fn a_ten_times_larger_learning_rate() {
     let reversal = |lr| {
-        let config =
-            TrainConfig { steps: 10, eval_every: 10, lr, ..TrainConfig::reversal() };
+        let config = TrainConfig { steps: 10, eval_every: 10, lr, ..TrainConfig::reversal() };
         final_score(&train(&config).unwrap()).accuracy()
     };
     let (base, fast) = (reversal(5e-3), reversal(5e-2));
@@ -670,14 +667,8 @@ fn prefix_matching_is_the_induction_rule() {
 /// with the one read from the logits the ablation takes away.
 #[test]
 fn head_shares_add_up_and_ablation_removes_them() {
-    let config = ModelConfig {
-        vocab: 6,
-        max_len: 5,
-        d_model: 8,
-        heads: 2,
-        layers: 2,
-        positions: true,
-    };
+    let config =
+        ModelConfig { vocab: 6, max_len: 5, d_model: 8, heads: 2, layers: 2, positions: true };
     let mut model = TinyTransformer::new(&config, &mut StdRng::seed_from_u64(24)).unwrap();
     // A read-out bias that is not 0 (it starts at 0): large enough on token 2 to decide
     // every row's largest score if it were added to the head's share, which the copying
@@ -690,8 +681,7 @@ fn head_shares_add_up_and_ablation_removes_them() {
     let (s1, _) = model.head_output(&tokens, 1, 1).unwrap();
     let both = (s0.clone() + &s1).into_shape_with_order((10, 8)).unwrap();
     let added = exact::matmul(&both, &model.w_out).unwrap();
-    let change =
-        (logits(&model) - logits(&silent)).into_shape_with_order((10, 6)).unwrap();
+    let change = (logits(&model) - logits(&silent)).into_shape_with_order((10, 6)).unwrap();
     assert!((added - &change).iter().all(|d| d.abs() < 1e-12));
     assert_eq!(w0, model.forward(&tokens).unwrap().weights[1].index_axis(Axis(1), 0));
     // Removing head 0 takes away exactly its share.

@@ -4,7 +4,17 @@
 //! Anchors (below the doc comments): `train_config_model`, `train_loop`, `held_out`,
 //! `recorder`, `recorder_record`.
 
-use super::*;
+use std::collections::BTreeSet;
+
+use ndarray::{Array3, Axis};
+use rand::{Rng, SeedableRng, rngs::StdRng};
+
+use super::{
+    Adam, Batch, ModelConfig, Score, Task, TinyTransformer, cross_entropy, invalid_setting,
+    score_logits,
+};
+use crate::dropout::Dropout;
+use crate::error::Result;
 
 /// The settings of a training run.
 ///
