@@ -181,14 +181,15 @@ fn path_in(dir: &TempDir, name: &str) -> String {
     dir.path().join(name).to_string_lossy().into_owned()
 }
 
+/// The paths of one PyTorch SDPA fixture's Q, K and V.
+fn sdpa_qkv(case: &str) -> (String, String, String) {
+    (fixture("sdpa", case, "q.npy"), fixture("sdpa", case, "k.npy"), fixture("sdpa", case, "v.npy"))
+}
+
 fn exit_codes_and_streams() {
     let dir = TempDir::new().unwrap();
     let case = "f64_causal_L6_dk8";
-    let (q, k, v) = (
-        fixture("sdpa", case, "q.npy"),
-        fixture("sdpa", case, "k.npy"),
-        fixture("sdpa", case, "v.npy"),
-    );
+    let (q, k, v) = sdpa_qkv(case);
     let out = path_in(&dir, "out.npy");
 
     let done =
@@ -550,11 +551,7 @@ fn an_error_between_two_outputs_rolls_back() {
     let dir = TempDir::new().unwrap();
     let old = old_outputs(&dir, &["out.npy"]);
     let case = "f64_causal_L6_dk8";
-    let (q, k, v) = (
-        fixture("sdpa", case, "q.npy"),
-        fixture("sdpa", case, "k.npy"),
-        fixture("sdpa", case, "v.npy"),
-    );
+    let (q, k, v) = sdpa_qkv(case);
     let (out, w) = (path_in(&dir, "out.npy"), path_in(&dir, "w.npy"));
     let result =
         tool("attend", &["--q", &q, "--k", &k, "--v", &v, "--out", &out, "--weights", &w])
@@ -825,11 +822,7 @@ fn an_interrupted_head_view_leaves_no_page() {}
 fn a_closed_stdout_ends_quietly() {
     let dir = TempDir::new().unwrap();
     let case = "f64_causal_L6_dk8";
-    let (q, k, v) = (
-        fixture("sdpa", case, "q.npy"),
-        fixture("sdpa", case, "k.npy"),
-        fixture("sdpa", case, "v.npy"),
-    );
+    let (q, k, v) = sdpa_qkv(case);
     let out = path_in(&dir, "out.npy");
     let mut tool_run = tool("attend", &["--q", &q, "--k", &k, "--v", &v, "--out", &out]);
     let mut chapter = Command::new(std::env::current_exe().unwrap());
@@ -940,11 +933,7 @@ fn no_progress_line_off_a_terminal() {
 fn a_gpu_run_prints_no_mesa_error() {
     let dir = TempDir::new().unwrap();
     let case = "f32_causal_L6_dk8";
-    let (q, k, v) = (
-        fixture("sdpa", case, "q.npy"),
-        fixture("sdpa", case, "k.npy"),
-        fixture("sdpa", case, "v.npy"),
-    );
+    let (q, k, v) = sdpa_qkv(case);
     let out = path_in(&dir, "out.npy");
     let list = ["--q", &q, "--k", &k, "--v", &v, "--out", &out, "--impl", "gpu"];
     let done = tool("attend", &list).env_remove("XDG_RUNTIME_DIR").output().unwrap();

@@ -299,15 +299,35 @@ fn check_sizes(
         let files = format!("{}, {}", cli.q.display(), cli.k.display());
         check_weight_bytes(&files, weights_shape, dtype_name(element), element, way_out)?;
     }
-    let (labels, title, axes) = (cli.written.labels.as_deref(), String::new(), &[][..]);
-    if let Some(path) = cli.written.png.as_deref() {
-        let scale = cli.written.png_scale;
-        Picture { path, labels, title: title.clone(), axes, scale }.check(weights_shape)?;
+    let (picture, view) = pictures(cli, weights_shape.len());
+    if let Some(picture) = &picture {
+        picture.check(weights_shape)?;
     }
-    if let Some(path) = cli.written.view.as_deref() {
-        View { path, labels, title, axes }.check(weights_shape)?;
+    if let Some(view) = &view {
+        view.check(weights_shape)?;
     }
     Ok(())
+}
+
+/// The PNG and the head view asked for, for weights of `n` axes: titled with the mask, the
+/// leading axes named, and labelled with `--labels`. The size checks measure the very
+/// pictures that are drawn.
+fn pictures(cli: &Cli, n: usize) -> (Option<Picture<'_>>, Option<View<'_>>) {
+    let title = format!(
+        "Attention weights ({})",
+        cli.mask.as_ref().map_or("no mask".to_string(), |m| format!("mask: {}", m.describe()))
+    );
+    let axes = &["batch", "head"][..n - 2];
+    let labels = cli.written.labels.as_deref();
+    let picture = cli.written.png.as_deref().map(|path| Picture {
+        path,
+        labels,
+        title: title.clone(),
+        axes,
+        scale: cli.written.png_scale,
+    });
+    let view = cli.written.view.as_deref().map(|path| View { path, labels, title, axes });
+    (picture, view)
 }
 
 /// The shape of the weights, `(…, L_q, L_k)`, and the bytes of an element, from the headers
@@ -355,21 +375,7 @@ fn attend<A: Float + WritableElement + OnGpu>(
     let mut weights_shape = q.shape()[..n - 2].to_vec();
     weights_shape.extend([l_q, l_k]);
     let implementation = Impl::choose(cli.implementation, cli.written.wants_weights(), l_q * l_k);
-    let title = format!(
-        "Attention weights ({})",
-        cli.mask.as_ref().map_or("no mask".to_string(), |m| format!("mask: {}", m.describe()))
-    );
-    let axes = &["batch", "head"][..n - 2];
-    let labels = cli.written.labels.as_deref();
-    let picture = cli.written.png.as_deref().map(|path| Picture {
-        path,
-        labels,
-        title: title.clone(),
-        axes,
-        scale: cli.written.png_scale,
-    });
-    let view =
-        cli.written.view.as_deref().map(|path| View { path, labels, title: title.clone(), axes });
+    let (picture, view) = pictures(cli, n);
     check_sizes(cli, implementation, &weights_shape, size_of::<A>())?;
     let d_v = v.shape()[n - 1];
     let pairs = weights_shape.iter().map(|&s| s as f64).product::<f64>();
