@@ -496,14 +496,8 @@ fn tokens_of(encoder: &SentenceEncoder, text: &str) -> Result<Tokens, Box<dyn Er
 
 /// `--weights-out`'s value: a path ending in `.npy` (the weights are written as NumPy data).
 fn npy_path(text: &str) -> Result<PathBuf, String> {
-    let path = PathBuf::from(text);
-    match path.extension().and_then(|e| e.to_str()) {
-        Some(ext) if ext.eq_ignore_ascii_case("npy") => Ok(path),
-        _ => Err(format!(
-            "the weights are written as a NumPy array: give a file name ending in .npy, \
-             not {text:?}"
-        )),
-    }
+    reader_tools::path_ending_in(text, &["npy"], "the weights are written as a NumPy array: \
+        give a file name ending in .npy")
 }
 
 /// Where the grid goes without `--out`: `target/ch13/` of this repository (ignored by git,

@@ -159,26 +159,23 @@ pub fn usage<C: CommandFactory>(kind: ErrorKind, message: impl std::fmt::Display
 
 /// `--png`'s value: a path ending in `.png` (the tools write PNG data and nothing else).
 pub fn png_path(text: &str) -> Result<PathBuf, String> {
-    let path = PathBuf::from(text);
-    match path.extension().and_then(|e| e.to_str()) {
-        Some(ext) if ext.eq_ignore_ascii_case("png") => Ok(path),
-        _ => Err(format!(
-            "the heatmap is written as a PNG image: give a file name ending in .png, not {text:?}"
-        )),
-    }
+    path_ending_in(text, &["png"], "the heatmap is written as a PNG image: give a file name \
+        ending in .png")
 }
 
 /// `--view`'s value: a path ending in `.html` or `.htm` (the tools write one HTML page).
 pub fn html_path(text: &str) -> Result<PathBuf, String> {
+    path_ending_in(text, &["html", "htm"], "the head view is written as one HTML page: give a \
+        file name ending in .html")
+}
+
+/// `text` as a path if its extension is one of `extensions` (in any case), or `problem`
+/// followed by the name given.
+pub fn path_ending_in(text: &str, extensions: &[&str], problem: &str) -> Result<PathBuf, String> {
     let path = PathBuf::from(text);
     match path.extension().and_then(|e| e.to_str()) {
-        Some(ext) if ext.eq_ignore_ascii_case("html") || ext.eq_ignore_ascii_case("htm") => {
-            Ok(path)
-        }
-        _ => Err(format!(
-            "the head view is written as one HTML page: give a file name ending in .html, not \
-             {text:?}"
-        )),
+        Some(ext) if extensions.iter().any(|e| ext.eq_ignore_ascii_case(e)) => Ok(path),
+        _ => Err(format!("{problem}, not {text:?}")),
     }
 }
 
