@@ -68,6 +68,7 @@ pub mod error;
 pub mod fast;
 pub mod float;
 pub mod generation;
+pub mod gpt;
 pub mod layer;
 pub mod model;
 #[rustfmt::skip] // the printed matrices stay one row per line, as the notebooks printed them

@@ -1,0 +1,256 @@
+//! Chapter *A model that writes*: the whole GPT, forward and backward.
+//!
+//! A batch of `B` contexts of `T` token ids goes in as `(B, T)`; inside, every token is a row
+//! of one `(B·T, d)` matrix, so that every map but attention treats the batch as one long
+//! list of tokens:
+//!
+//! ```text
+//! x  = wte[token] + wpe[position]                       (B·T, d)
+//! for each block:
+//!     x = x + attn_proj(causal_attention(c_attn(ln_1(x))))
+//!     x = x + mlp_proj(GELU(c_fc(ln_2(x))))
+//! logits = ln_f(x) · wteᵀ                               (B·T, V)
+//! ```
+//!
+//! The backward pass walks the same list backwards. The residual additions pass their
+//! gradient through unchanged, which is why the gradient of the stream reaches the first block
+//! undiminished, and why the tied table `wte` gets gradient twice: from the head and from
+//! the embedding.
+//!
+//! Anchors (below the doc comments): `gpt_forward`, `block_forward`, `block_backward`,
+//! `gpt_backward`.
+
+use ndarray::{Array2, Array3, Array4, ArrayView2};
+
+use super::ops::{
+    causal_attention, causal_attention_backward, cross_entropy, gelu_all, gelu_backward,
+    layer_norm, layer_norm_backward, linear, linear_backward, sum_over_batch,
+};
+use super::weights::{Block, Gpt, Norm};
+use crate::error::{AttentionError, Result};
+use crate::exact::{self, transposed};
+use crate::float::Float;
+
+/// What one block's forward pass keeps for its backward pass.
+#[derive(Debug, Clone)]
+struct BlockTape<A> {
+    x: Array2<A>,       // the block's input (B·T, d)
+    h1: Array2<A>,      // ln_1(x)
+    qkv: Array2<A>,     // (B·T, 3d)
+    weights: Array4<A>, // (B, heads, T, T)
+    y: Array2<A>,       // the heads' merged output (B·T, d)
+    x1: Array2<A>,      // x + attention
+    h2: Array2<A>,      // ln_2(x1)
+    u: Array2<A>,       // c_fc(h2) (B·T, 4d)
+    g: Array2<A>,       // GELU(u)
+}
+
+/// What the whole forward pass keeps: the token ids, the blocks' tapes and the final norm's
+/// input and output.
+#[derive(Debug, Clone)]
+struct Tape<A> {
+    tokens: Vec<usize>,
+    t: usize,
+    blocks: Vec<BlockTape<A>>,
+    x: Array2<A>, // ln_f's input
+    h: Array2<A>, // ln_f's output
+}
+
+impl<A: Float> Gpt<A> {
+    /// The logits `(B, T, V)` of the next token after every prefix of every context in
+    /// `tokens: (B, T)`, `T ≤ block_size`. An error names a token outside the vocabulary or
+    /// a context longer than the model's.
+    ///
+    /// ```
+    /// use attention::gpt::{config::GptConfig, weights::Gpt};
+    /// use ndarray::array;
+    /// use rand::{rngs::StdRng, SeedableRng};
+    ///
+    /// let config = GptConfig { n_layer: 1, n_embd: 8, n_head: 2, block_size: 4, ..GptConfig::shakespeare(5) };
+    /// let gpt = Gpt::<f64>::init(config, &mut StdRng::seed_from_u64(0)).unwrap();
+    /// assert_eq!(gpt.logits(&array![[0, 1, 2]].view()).unwrap().dim(), (1, 3, 5));
+    /// assert_eq!(
+    ///     gpt.logits(&array![[0, 5]].view()).unwrap_err().to_string(),
+    ///     "tokens: token 5 at (0, 1) is outside the vocabulary of 5"
+    /// );
+    /// ```
+    pub fn logits(&self, tokens: &ArrayView2<usize>) -> Result<Array3<A>> {
+        let (logits, _) = self.forward_tape(tokens)?;
+        let (b, t) = tokens.dim();
+        Ok(logits.into_shape_with_order((b, t, self.config.vocab_size)).expect("B·T rows"))
+    }
+
+    /// The mean next-token cross-entropy over every position of `tokens: (B, T)`, the target
+    /// of position `i` being `targets[(b, i)]`.
+    ///
+    /// ```
+    /// use attention::gpt::{config::GptConfig, weights::Gpt};
+    /// use ndarray::array;
+    /// use rand::{rngs::StdRng, SeedableRng};
+    ///
+    /// let config = GptConfig { n_layer: 1, n_embd: 8, n_head: 2, block_size: 4, ..GptConfig::shakespeare(5) };
+    /// let gpt = Gpt::<f64>::init(config, &mut StdRng::seed_from_u64(0)).unwrap();
+    /// // a fresh model guesses every character about equally: ln 5
+    /// let loss = gpt.loss(&array![[0, 1, 2]].view(), &array![[1, 2, 3]].view()).unwrap();
+    /// assert!((loss - 5f64.ln()).abs() < 0.01);
+    /// ```
+    pub fn loss(&self, tokens: &ArrayView2<usize>, targets: &ArrayView2<usize>) -> Result<f64> {
+        let (logits, _) = self.forward_tape(tokens)?;
+        Ok(cross_entropy(&logits.view(), &check_targets(tokens, targets)?)?.0)
+    }
+
+    /// The loss of [`Gpt::loss`] and its gradient with respect to every weight, as a model of
+    /// the same shape (`grads.blocks[0].c_attn.w` is `∂ℓ/∂W` of the first block's `c_attn`).
+    ///
+    /// ```
+    /// use attention::gpt::{config::GptConfig, weights::Gpt};
+    /// use ndarray::array;
+    /// use rand::{rngs::StdRng, SeedableRng};
+    ///
+    /// let config = GptConfig { n_layer: 1, n_embd: 8, n_head: 2, block_size: 4, ..GptConfig::shakespeare(5) };
+    /// let gpt = Gpt::<f64>::init(config, &mut StdRng::seed_from_u64(0)).unwrap();
+    /// let (loss, grads) = gpt.loss_and_grads(&array![[0, 1]].view(), &array![[1, 2]].view()).unwrap();
+    /// assert!(loss > 0.0);
+    /// assert_eq!(grads.wpe.row(3).sum(), 0.0); // positions 2 and 3 were not used
+    /// ```
+    // ANCHOR: gpt_backward
+    pub fn loss_and_grads(
+        &self,
+        tokens: &ArrayView2<usize>,
+        targets: &ArrayView2<usize>,
+    ) -> Result<(f64, Gpt<A>)> {
+        let targets = check_targets(tokens, targets)?;
+        let (logits, tape) = self.forward_tape(tokens)?;
+        let (loss, grad_logits) = cross_entropy(&logits.view(), &targets)?;
+        let mut grads = Gpt::zeros(self.config);
+        // logits = h · wteᵀ: the head's share of wte's gradient, and h's gradient
+        grads.wte = exact::matmul(&transposed(&grad_logits), &tape.h)?; // (V, d)
+        let grad_h = exact::matmul(&grad_logits, &self.wte)?; // (B·T, d)
+        let eps = self.config.layer_norm_epsilon;
+        let (mut grad_x, gamma, beta) =
+            layer_norm_backward(&tape.x.view(), &self.ln_f, eps, &grad_h.view());
+        grads.ln_f = Norm { gamma, beta };
+        for ((block, tape), grad) in
+            self.blocks.iter().zip(&tape.blocks).zip(&mut grads.blocks).rev()
+        {
+            grad_x = block_backward(block, tape, grad_x, eps, grad)?;
+        }
+        // x = wte[token] + wpe[position]
+        for (row, &token) in grad_x.rows().into_iter().zip(&tape.tokens) {
+            grads.wte.row_mut(token).zip_mut_with(&row, |g, &r| *g = *g + r);
+        }
+        let grad_wpe = sum_over_batch(&grad_x.view(), tape.t);
+        grads.wpe.slice_mut(ndarray::s![..tape.t, ..]).assign(&grad_wpe);
+        Ok((loss, grads))
+    }
+    // ANCHOR_END: gpt_backward
+
+    /// The forward pass, keeping what the backward pass needs; logits `(B·T, V)`.
+    // ANCHOR: gpt_forward
+    fn forward_tape(&self, tokens: &ArrayView2<usize>) -> Result<(Array2<A>, Tape<A>)> {
+        let (batch, t) = self.check_tokens(tokens)?;
+        let d = self.config.n_embd;
+        let ids: Vec<usize> = tokens.iter().copied().collect(); // row-major: b, then position
+        let mut x = Array2::zeros((batch * t, d));
+        for (i, mut row) in x.rows_mut().into_iter().enumerate() {
+            row.assign(&self.wte.row(ids[i]));
+            row.zip_mut_with(&self.wpe.row(i % t), |x, &p| *x = *x + p);
+        }
+        let mut tapes = Vec::with_capacity(self.blocks.len());
+        for block in &self.blocks {
+            let (next, tape) = block_forward(block, x, batch, &self.config)?;
+            tapes.push(tape);
+            x = next;
+        }
+        let h = layer_norm(&x.view(), &self.ln_f, self.config.layer_norm_epsilon)?;
+        let logits = exact::matmul(&h, &transposed(&self.wte))?; // the tied head
+        Ok((logits, Tape { tokens: ids, t, blocks: tapes, x, h }))
+    }
+    // ANCHOR_END: gpt_forward
+
+    /// `(B, T)` from `tokens`, or an error naming the problem.
+    fn check_tokens(&self, tokens: &ArrayView2<usize>) -> Result<(usize, usize)> {
+        let (batch, t) = tokens.dim();
+        let c = &self.config;
+        if batch == 0 || t == 0 {
+            return Err(AttentionError::Empty { what: "tokens".into(), dim: "B·T" });
+        }
+        if t > c.block_size {
+            return Err(AttentionError::Invalid {
+                what: "tokens".into(),
+                problem: format!("{t} positions, but the model knows {} (block_size)", c.block_size),
+            });
+        }
+        if let Some(((b, i), &bad)) = tokens.indexed_iter().find(|&(_, &id)| id >= c.vocab_size) {
+            return Err(AttentionError::Invalid {
+                what: "tokens".into(),
+                problem: format!(
+                    "token {bad} at ({b}, {i}) is outside the vocabulary of {}",
+                    c.vocab_size
+                ),
+            });
+        }
+        Ok((batch, t))
+    }
+}
+
+/// The targets as one list, row-major, after checking that they are as many as the tokens.
+fn check_targets(tokens: &ArrayView2<usize>, targets: &ArrayView2<usize>) -> Result<Vec<usize>> {
+    if tokens.dim() != targets.dim() {
+        return Err(AttentionError::shape(
+            "targets",
+            targets.shape(),
+            &format!("the shape of tokens, {:?}, was expected", tokens.shape()),
+        ));
+    }
+    Ok(targets.iter().copied().collect())
+}
+
+/// One pre-LN block: `x1 = x + attn(ln_1(x))`, `x2 = x1 + mlp(ln_2(x1))`.
+// ANCHOR: block_forward
+fn block_forward<A: Float>(
+    block: &Block<A>,
+    x: Array2<A>,
+    batch: usize,
+    config: &super::config::GptConfig,
+) -> Result<(Array2<A>, BlockTape<A>)> {
+    let eps = config.layer_norm_epsilon;
+    let h1 = layer_norm(&x.view(), &block.ln_1, eps)?;
+    let qkv = linear(&h1.view(), &block.c_attn);
+    let (y, weights) = causal_attention(&qkv.view(), batch, config.n_head)?;
+    let x1 = &x + &linear(&y.view(), &block.attn_proj);
+    let h2 = layer_norm(&x1.view(), &block.ln_2, eps)?;
+    let u = linear(&h2.view(), &block.c_fc);
+    let g = gelu_all(&u.view());
+    let x2 = &x1 + &linear(&g.view(), &block.mlp_proj);
+    Ok((x2, BlockTape { x, h1, qkv, weights, y, x1, h2, u, g }))
+}
+// ANCHOR_END: block_forward
+
+/// The backward pass of one block: from the gradient of its output, the gradient of its
+/// input; its weights' gradients go into `grads`.
+// ANCHOR: block_backward
+fn block_backward<A: Float>(
+    block: &Block<A>,
+    tape: &BlockTape<A>,
+    grad_x2: Array2<A>,
+    eps: f64,
+    grads: &mut Block<A>,
+) -> Result<Array2<A>> {
+    // x2 = x1 + mlp_proj(g): the residual passes grad_x2 to x1 unchanged
+    let (grad_g, mlp_proj) = linear_backward(&tape.g.view(), &block.mlp_proj, &grad_x2.view());
+    let grad_u = gelu_backward(&tape.u.view(), &grad_g.view());
+    let (grad_h2, c_fc) = linear_backward(&tape.h2.view(), &block.c_fc, &grad_u.view());
+    let (grad_ln2, gamma, beta) = layer_norm_backward(&tape.x1.view(), &block.ln_2, eps, &grad_h2.view());
+    grads.ln_2 = Norm { gamma, beta };
+    let grad_x1 = grad_x2 + &grad_ln2;
+    // x1 = x + attn_proj(y): the residual passes grad_x1 to x unchanged
+    let (grad_y, attn_proj) = linear_backward(&tape.y.view(), &block.attn_proj, &grad_x1.view());
+    let grad_qkv = causal_attention_backward(&tape.qkv.view(), &tape.weights, &grad_y.view())?;
+    let (grad_h1, c_attn) = linear_backward(&tape.h1.view(), &block.c_attn, &grad_qkv.view());
+    let (grad_ln1, gamma, beta) = layer_norm_backward(&tape.x.view(), &block.ln_1, eps, &grad_h1.view());
+    grads.ln_1 = Norm { gamma, beta };
+    (grads.c_attn, grads.attn_proj, grads.c_fc, grads.mlp_proj) = (c_attn, attn_proj, c_fc, mlp_proj);
+    Ok(grad_x1 + &grad_ln1)
+}
+// ANCHOR_END: block_backward

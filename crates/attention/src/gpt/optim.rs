@@ -1,0 +1,1 @@
+//! Chapter *A model that writes*: the optimiser and its schedule.

@@ -1,0 +1,119 @@
+//! The GPT's backward pass against finite differences, in `f64`.
+
+use ndarray::{Array2, array};
+use rand::{Rng, SeedableRng, rngs::StdRng};
+
+use super::config::GptConfig;
+use super::ops::{layer_norm, layer_norm_backward};
+use super::weights::{Gpt, Norm};
+
+fn tiny(bias: bool) -> GptConfig {
+    GptConfig {
+        vocab_size: 7,
+        block_size: 5,
+        n_layer: 2,
+        n_head: 2,
+        n_embd: 8,
+        layer_norm_epsilon: 1e-5,
+        bias,
+    }
+}
+
+/// A model whose every number, gains and shifts included, is random: a gradient that
+/// forgets a term cannot hide behind a zero or a one.
+fn scrambled(config: GptConfig, seed: u64) -> Gpt<f64> {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let mut gpt = Gpt::<f64>::init(config, &mut rng).unwrap();
+    for (name, mut t) in gpt.tensors_mut() {
+        let centre = if name.ends_with("ln_1.weight") || name.ends_with("ln_2.weight") || name.ends_with("ln_f.weight") { 1.0 } else { 0.0 };
+        t.mapv_inplace(|_| centre + rng.random_range(-0.5..0.5));
+    }
+    gpt
+}
+
+#[test]
+fn every_gradient_matches_finite_differences() {
+    let gpt = scrambled(tiny(true), 1);
+    let tokens = array![[0, 3, 6, 2], [5, 5, 1, 0]];
+    let targets = array![[3, 6, 2, 4], [5, 1, 0, 6]];
+    let (loss, grads) = gpt.loss_and_grads(&tokens.view(), &targets.view()).unwrap();
+    assert!((loss - gpt.loss(&tokens.view(), &targets.view()).unwrap()).abs() < 1e-15);
+    let h = 1e-5;
+    let mut worst: f64 = 0.0;
+    let analytic: Vec<(String, Vec<f64>)> =
+        grads.tensors().into_iter().map(|(n, t)| (n, t.iter().copied().collect())).collect();
+    for (index, (name, grad)) in analytic.iter().enumerate() {
+        for (i, &g) in grad.iter().enumerate() {
+            let mut plus = gpt.clone();
+            let mut minus = gpt.clone();
+            plus.tensors_mut()[index].1.iter_mut().nth(i).map(|v| *v += h);
+            minus.tensors_mut()[index].1.iter_mut().nth(i).map(|v| *v -= h);
+            let numeric = (plus.loss(&tokens.view(), &targets.view()).unwrap()
+                - minus.loss(&tokens.view(), &targets.view()).unwrap())
+                / (2.0 * h);
+            let err = (numeric - g).abs();
+            assert!(err < 1e-8, "{name}[{i}]: analytic {g}, numeric {numeric}");
+            worst = worst.max(err);
+        }
+    }
+    assert!(worst > 0.0, "some difference must be measured: {worst}");
+}
+
+/// Layer norm's backward without the two mean terms is the classic mistake: it is what the
+/// derivative would be if the mean and the variance did not depend on x.
+#[test]
+fn layer_norm_backward_needs_its_mean_terms() {
+    let mut rng = StdRng::seed_from_u64(7);
+    let x = Array2::from_shape_simple_fn((3, 6), || rng.random_range(-2.0..2.0));
+    let grad_y = Array2::from_shape_simple_fn((3, 6), || rng.random_range(-1.0..1.0));
+    let norm = Norm {
+        gamma: (0..6).map(|i| 0.5 + i as f64 / 4.0).collect(),
+        beta: (0..6).map(|i| i as f64 / 10.0).collect(),
+    };
+    let eps = 1e-5;
+    let loss = |x: &Array2<f64>| (layer_norm(&x.view(), &norm, eps).unwrap() * &grad_y).sum();
+    let (grad_x, _, _) = layer_norm_backward(&x.view(), &norm, eps, &grad_y.view());
+    let h = 1e-6;
+    let mut numeric = Array2::zeros(x.raw_dim());
+    for idx in ndarray::indices(x.raw_dim()) {
+        let (mut p, mut m) = (x.clone(), x.clone());
+        p[idx] += h;
+        m[idx] -= h;
+        numeric[idx] = (loss(&p) - loss(&m)) / (2.0 * h);
+    }
+    let err = (&grad_x - &numeric).mapv(f64::abs).fold(0.0, |a: f64, &b| a.max(b));
+    assert!(err < 1e-8, "{err}");
+    // the wrong answer: grad_y · γ / σ, as if μ and σ were constants
+    let wrong = {
+        let mut w = grad_y.clone();
+        for (mut row, x) in w.rows_mut().into_iter().zip(x.rows()) {
+            let mean = x.mean().unwrap();
+            let var = x.mapv(|v| (v - mean).powi(2)).mean().unwrap();
+            row.zip_mut_with(&norm.gamma, |g, &gamma| *g *= gamma / (var + eps).sqrt());
+        }
+        w
+    };
+    let wrong_err = (&wrong - &numeric).mapv(f64::abs).fold(0.0, |a: f64, &b| a.max(b));
+    assert!(wrong_err > 0.1, "the mistake must be caught: {wrong_err}");
+}
+
+#[test]
+fn without_bias_the_shifts_are_not_trained_but_still_exist() {
+    let gpt = Gpt::<f64>::init(tiny(false), &mut StdRng::seed_from_u64(0)).unwrap();
+    let trained: usize =
+        gpt.tensors().iter().filter(|(n, _)| gpt.is_trained(n)).map(|(_, t)| t.len()).sum();
+    assert_eq!(trained, gpt.config.parameter_count());
+    let with_bias = Gpt::<f64>::init(tiny(true), &mut StdRng::seed_from_u64(0)).unwrap();
+    let all: usize = with_bias.tensors().iter().map(|(_, t)| t.len()).sum();
+    assert_eq!(all, with_bias.config.parameter_count());
+    assert_eq!(gpt.config.tensor_shapes(), with_bias.tensors().iter().map(|(_, t)| t.shape().to_vec()).collect::<Vec<_>>());
+}
+
+#[test]
+fn a_later_token_cannot_change_an_earlier_logit() {
+    let gpt = scrambled(tiny(true), 3);
+    let a = gpt.logits(&array![[1, 2, 3, 4]].view()).unwrap();
+    let b = gpt.logits(&array![[1, 2, 6, 0]].view()).unwrap();
+    assert_eq!(a.slice(ndarray::s![.., ..2, ..]), b.slice(ndarray::s![.., ..2, ..]));
+    assert_ne!(a.slice(ndarray::s![.., 2, ..]), b.slice(ndarray::s![.., 2, ..]));
+}
