@@ -92,7 +92,7 @@ impl<A: Float> Gpt<A> {
     /// let gpt = Gpt::<f64>::init(config, &mut StdRng::seed_from_u64(0)).unwrap();
     /// // a fresh model guesses every character about equally: ln 5
     /// let loss = gpt.loss(&array![[0, 1, 2]].view(), &array![[1, 2, 3]].view()).unwrap();
-    /// assert!((loss - 5f64.ln()).abs() < 0.01);
+    /// assert!((loss - 5f64.ln()).abs() < 0.1, "{loss}");
     /// ```
     pub fn loss(&self, tokens: &ArrayView2<usize>, targets: &ArrayView2<usize>) -> Result<f64> {
         let (logits, _) = self.forward_tape(tokens)?;

@@ -7,6 +7,7 @@
 //!   tensor under its Hugging Face GPT-2 name.
 //! - [`ops`]: the pieces a decoder adds to chapter 13's: layer norm's and GELU's backward
 //!   passes, the causal attention of one batch, cross-entropy over the vocabulary.
+//! - [`data`]: characters as tokens ([`CharVocab`](data::CharVocab)) and random batches.
 //! - [`forward`]: the whole model, forward and backward.
 //! - [`optim`]: AdamW with decoupled weight decay, warm-up then cosine decay, and clipping
 //!   by the global norm.
@@ -14,6 +15,7 @@
 //! A gradient is named `grad_` and what it is the gradient of, as in Part III.
 
 pub mod config;
+pub mod data;
 pub mod forward;
 pub mod ops;
 pub mod optim;
