@@ -20,7 +20,7 @@ use crate::error::{AttentionError, Result};
 /// let vocab = CharVocab::from_text("to be, or not").unwrap();
 /// assert_eq!(vocab.chars().iter().collect::<String>(), " ,benort");
 /// let ids = vocab.encode("be not").unwrap();
-/// assert_eq!(ids, vec![2, 3, 0, 5, 6, 7]);
+/// assert_eq!(ids, vec![2, 3, 0, 4, 5, 7]);
 /// assert_eq!(vocab.decode(&ids), "be not");
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
