@@ -22,13 +22,11 @@
 
 use ndarray::{Array2, Array3, Array4, ArrayView2};
 
-use super::ops::{
-    causal_attention, causal_attention_backward, cross_entropy, gelu_all, gelu_backward,
-    layer_norm, layer_norm_backward, linear, linear_backward, sum_over_batch,
-};
+use super::config::GptConfig;
+use super::kernels::{Exact, Kernels};
+use super::ops::sum_over_batch;
 use super::weights::{Block, Gpt, Norm};
 use crate::error::{AttentionError, Result};
-use crate::exact::{self, transposed};
 use crate::float::Float;
 
 /// What one block's forward pass keeps for its backward pass.
@@ -75,7 +73,25 @@ impl<A: Float> Gpt<A> {
     /// );
     /// ```
     pub fn logits(&self, tokens: &ArrayView2<usize>) -> Result<Array3<A>> {
-        let (logits, _) = self.forward_tape(tokens)?;
+        self.logits_with(&Exact, tokens)
+    }
+
+    /// [`Gpt::logits`] computed by the given [`Kernels`].
+    ///
+    /// ```
+    /// use attention::gpt::{config::GptConfig, kernels::{Exact, Fast}, weights::Gpt};
+    /// use ndarray::array;
+    /// use rand::{rngs::StdRng, SeedableRng};
+    ///
+    /// let config = GptConfig { n_layer: 1, n_embd: 8, n_head: 2, block_size: 4, ..GptConfig::shakespeare(5) };
+    /// let gpt = Gpt::<f32>::init(config, &mut StdRng::seed_from_u64(0)).unwrap();
+    /// let tokens = array![[0, 1, 2]];
+    /// let exact = gpt.logits_with(&Exact, &tokens.view()).unwrap();
+    /// let fast = gpt.logits_with(&Fast, &tokens.view()).unwrap();
+    /// assert!((exact - fast).iter().all(|d| d.abs() < 1e-5));
+    /// ```
+    pub fn logits_with<K: Kernels<A>>(&self, k: &K, tokens: &ArrayView2<usize>) -> Result<Array3<A>> {
+        let (logits, _) = self.forward_tape(k, tokens)?;
         let (b, t) = tokens.dim();
         Ok(logits.into_shape_with_order((b, t, self.config.vocab_size)).expect("B·T rows"))
     }
@@ -95,8 +111,31 @@ impl<A: Float> Gpt<A> {
     /// assert!((loss - 5f64.ln()).abs() < 0.1, "{loss}");
     /// ```
     pub fn loss(&self, tokens: &ArrayView2<usize>, targets: &ArrayView2<usize>) -> Result<f64> {
-        let (logits, _) = self.forward_tape(tokens)?;
-        Ok(cross_entropy(&logits.view(), &check_targets(tokens, targets)?)?.0)
+        self.loss_with(&Exact, tokens, targets)
+    }
+
+    /// [`Gpt::loss`] computed by the given [`Kernels`].
+    ///
+    /// ```
+    /// use attention::gpt::{config::GptConfig, kernels::{Exact, Fast}, weights::Gpt};
+    /// use ndarray::array;
+    /// use rand::{rngs::StdRng, SeedableRng};
+    ///
+    /// let config = GptConfig { n_layer: 1, n_embd: 8, n_head: 2, block_size: 4, ..GptConfig::shakespeare(5) };
+    /// let gpt = Gpt::<f32>::init(config, &mut StdRng::seed_from_u64(0)).unwrap();
+    /// let (x, y) = (array![[0, 1, 2]], array![[1, 2, 3]]);
+    /// let exact = gpt.loss_with(&Exact, &x.view(), &y.view()).unwrap();
+    /// assert!((exact - gpt.loss_with(&Fast, &x.view(), &y.view()).unwrap()).abs() < 1e-5);
+    /// ```
+    pub fn loss_with<K: Kernels<A>>(
+        &self,
+        k: &K,
+        tokens: &ArrayView2<usize>,
+        targets: &ArrayView2<usize>,
+    ) -> Result<f64> {
+        let targets = check_targets(tokens, targets)?;
+        let (logits, _) = self.forward_tape(k, tokens)?;
+        Ok(k.cross_entropy(&logits.view(), &targets)?.0)
     }
 
     /// The loss of [`Gpt::loss`] and its gradient with respect to every weight, as a model of
@@ -113,27 +152,50 @@ impl<A: Float> Gpt<A> {
     /// assert!(loss > 0.0);
     /// assert_eq!(grads.wpe.row(3).sum(), 0.0); // positions 2 and 3 were not used
     /// ```
-    // ANCHOR: gpt_backward
     pub fn loss_and_grads(
         &self,
         tokens: &ArrayView2<usize>,
         targets: &ArrayView2<usize>,
     ) -> Result<(f64, Gpt<A>)> {
+        self.loss_and_grads_with(&Exact, tokens, targets)
+    }
+
+    /// [`Gpt::loss_and_grads`] computed by the given [`Kernels`].
+    ///
+    /// ```
+    /// use attention::gpt::{config::GptConfig, kernels::{Exact, Fast}, weights::Gpt};
+    /// use ndarray::array;
+    /// use rand::{rngs::StdRng, SeedableRng};
+    ///
+    /// let config = GptConfig { n_layer: 1, n_embd: 8, n_head: 2, block_size: 4, ..GptConfig::shakespeare(5) };
+    /// let gpt = Gpt::<f32>::init(config, &mut StdRng::seed_from_u64(0)).unwrap();
+    /// let (x, y) = (array![[0, 1, 2]], array![[1, 2, 3]]);
+    /// let (_, exact) = gpt.loss_and_grads_with(&Exact, &x.view(), &y.view()).unwrap();
+    /// let (_, fast) = gpt.loss_and_grads_with(&Fast, &x.view(), &y.view()).unwrap();
+    /// assert!((&exact.wte - &fast.wte).iter().all(|d| d.abs() < 1e-6));
+    /// ```
+    // ANCHOR: gpt_backward
+    pub fn loss_and_grads_with<K: Kernels<A>>(
+        &self,
+        k: &K,
+        tokens: &ArrayView2<usize>,
+        targets: &ArrayView2<usize>,
+    ) -> Result<(f64, Gpt<A>)> {
         let targets = check_targets(tokens, targets)?;
-        let (logits, tape) = self.forward_tape(tokens)?;
-        let (loss, grad_logits) = cross_entropy(&logits.view(), &targets)?;
+        let (logits, tape) = self.forward_tape(k, tokens)?;
+        let (loss, grad_logits) = k.cross_entropy(&logits.view(), &targets)?;
         let mut grads = Gpt::zeros(self.config);
         // logits = h · wteᵀ: the head's share of wte's gradient, and h's gradient
-        grads.wte = exact::matmul(&transposed(&grad_logits), &tape.h)?; // (V, d)
-        let grad_h = exact::matmul(&grad_logits, &self.wte)?; // (B·T, d)
+        grads.wte = k.matmul(&grad_logits.t(), &tape.h.view()); // (V, d)
+        let grad_h = k.matmul(&grad_logits.view(), &self.wte.view()); // (B·T, d)
         let eps = self.config.layer_norm_epsilon;
         let (mut grad_x, gamma, beta) =
-            layer_norm_backward(&tape.x.view(), &self.ln_f, eps, &grad_h.view());
+            k.layer_norm_backward(&tape.x.view(), &self.ln_f, eps, &grad_h.view());
         grads.ln_f = Norm { gamma, beta };
         for ((block, tape), grad) in
             self.blocks.iter().zip(&tape.blocks).zip(&mut grads.blocks).rev()
         {
-            grad_x = block_backward(block, tape, grad_x, eps, grad)?;
+            grad_x = block_backward(k, block, tape, grad_x, eps, grad)?;
         }
         // x = wte[token] + wpe[position]
         for (row, &token) in grad_x.rows().into_iter().zip(&tape.tokens) {
@@ -147,7 +209,11 @@ impl<A: Float> Gpt<A> {
 
     /// The forward pass, keeping what the backward pass needs; logits `(B·T, V)`.
     // ANCHOR: gpt_forward
-    fn forward_tape(&self, tokens: &ArrayView2<usize>) -> Result<(Array2<A>, Tape<A>)> {
+    fn forward_tape<K: Kernels<A>>(
+        &self,
+        k: &K,
+        tokens: &ArrayView2<usize>,
+    ) -> Result<(Array2<A>, Tape<A>)> {
         let (batch, t) = self.check_tokens(tokens)?;
         let d = self.config.n_embd;
         let ids: Vec<usize> = tokens.iter().copied().collect(); // row-major: b, then position
@@ -158,12 +224,12 @@ impl<A: Float> Gpt<A> {
         }
         let mut tapes = Vec::with_capacity(self.blocks.len());
         for block in &self.blocks {
-            let (next, tape) = block_forward(block, x, batch, &self.config)?;
+            let (next, tape) = block_forward(k, block, x, batch, &self.config)?;
             tapes.push(tape);
             x = next;
         }
-        let h = layer_norm(&x.view(), &self.ln_f, self.config.layer_norm_epsilon)?;
-        let logits = exact::matmul(&h, &transposed(&self.wte))?; // the tied head
+        let h = k.layer_norm(&x.view(), &self.ln_f, self.config.layer_norm_epsilon)?;
+        let logits = k.matmul(&h.view(), &self.wte.t()); // the tied head
         Ok((logits, Tape { tokens: ids, t, blocks: tapes, x, h }))
     }
     // ANCHOR_END: gpt_forward
@@ -208,21 +274,22 @@ fn check_targets(tokens: &ArrayView2<usize>, targets: &ArrayView2<usize>) -> Res
 
 /// One pre-LN block: `x1 = x + attn(ln_1(x))`, `x2 = x1 + mlp(ln_2(x1))`.
 // ANCHOR: block_forward
-fn block_forward<A: Float>(
+fn block_forward<A: Float, K: Kernels<A>>(
+    k: &K,
     block: &Block<A>,
     x: Array2<A>,
     batch: usize,
-    config: &super::config::GptConfig,
+    config: &GptConfig,
 ) -> Result<(Array2<A>, BlockTape<A>)> {
     let eps = config.layer_norm_epsilon;
-    let h1 = layer_norm(&x.view(), &block.ln_1, eps)?;
-    let qkv = linear(&h1.view(), &block.c_attn);
-    let (y, weights) = causal_attention(&qkv.view(), batch, config.n_head)?;
-    let x1 = &x + &linear(&y.view(), &block.attn_proj);
-    let h2 = layer_norm(&x1.view(), &block.ln_2, eps)?;
-    let u = linear(&h2.view(), &block.c_fc);
-    let g = gelu_all(&u.view());
-    let x2 = &x1 + &linear(&g.view(), &block.mlp_proj);
+    let h1 = k.layer_norm(&x.view(), &block.ln_1, eps)?;
+    let qkv = k.linear(&h1.view(), &block.c_attn);
+    let (y, weights) = k.causal_attention(&qkv.view(), batch, config.n_head)?;
+    let x1 = &x + &k.linear(&y.view(), &block.attn_proj);
+    let h2 = k.layer_norm(&x1.view(), &block.ln_2, eps)?;
+    let u = k.linear(&h2.view(), &block.c_fc);
+    let g = k.gelu(&u.view());
+    let x2 = &x1 + &k.linear(&g.view(), &block.mlp_proj);
     Ok((x2, BlockTape { x, h1, qkv, weights, y, x1, h2, u, g }))
 }
 // ANCHOR_END: block_forward
@@ -230,7 +297,8 @@ fn block_forward<A: Float>(
 /// The backward pass of one block: from the gradient of its output, the gradient of its
 /// input; its weights' gradients go into `grads`.
 // ANCHOR: block_backward
-fn block_backward<A: Float>(
+fn block_backward<A: Float, K: Kernels<A>>(
+    k: &K,
     block: &Block<A>,
     tape: &BlockTape<A>,
     grad_x2: Array2<A>,
@@ -238,17 +306,19 @@ fn block_backward<A: Float>(
     grads: &mut Block<A>,
 ) -> Result<Array2<A>> {
     // x2 = x1 + mlp_proj(g): the residual passes grad_x2 to x1 unchanged
-    let (grad_g, mlp_proj) = linear_backward(&tape.g.view(), &block.mlp_proj, &grad_x2.view());
-    let grad_u = gelu_backward(&tape.u.view(), &grad_g.view());
-    let (grad_h2, c_fc) = linear_backward(&tape.h2.view(), &block.c_fc, &grad_u.view());
-    let (grad_ln2, gamma, beta) = layer_norm_backward(&tape.x1.view(), &block.ln_2, eps, &grad_h2.view());
+    let (grad_g, mlp_proj) = k.linear_backward(&tape.g.view(), &block.mlp_proj, &grad_x2.view());
+    let grad_u = k.gelu_backward(&tape.u.view(), &grad_g.view());
+    let (grad_h2, c_fc) = k.linear_backward(&tape.h2.view(), &block.c_fc, &grad_u.view());
+    let (grad_ln2, gamma, beta) =
+        k.layer_norm_backward(&tape.x1.view(), &block.ln_2, eps, &grad_h2.view());
     grads.ln_2 = Norm { gamma, beta };
     let grad_x1 = grad_x2 + &grad_ln2;
     // x1 = x + attn_proj(y): the residual passes grad_x1 to x unchanged
-    let (grad_y, attn_proj) = linear_backward(&tape.y.view(), &block.attn_proj, &grad_x1.view());
-    let grad_qkv = causal_attention_backward(&tape.qkv.view(), &tape.weights, &grad_y.view())?;
-    let (grad_h1, c_attn) = linear_backward(&tape.h1.view(), &block.c_attn, &grad_qkv.view());
-    let (grad_ln1, gamma, beta) = layer_norm_backward(&tape.x.view(), &block.ln_1, eps, &grad_h1.view());
+    let (grad_y, attn_proj) = k.linear_backward(&tape.y.view(), &block.attn_proj, &grad_x1.view());
+    let grad_qkv = k.causal_attention_backward(&tape.qkv.view(), &tape.weights, &grad_y.view())?;
+    let (grad_h1, c_attn) = k.linear_backward(&tape.h1.view(), &block.c_attn, &grad_qkv.view());
+    let (grad_ln1, gamma, beta) =
+        k.layer_norm_backward(&tape.x.view(), &block.ln_1, eps, &grad_h1.view());
     grads.ln_1 = Norm { gamma, beta };
     (grads.c_attn, grads.attn_proj, grads.c_fc, grads.mlp_proj) = (c_attn, attn_proj, c_fc, mlp_proj);
     Ok(grad_x1 + &grad_ln1)

@@ -8,17 +8,23 @@
 //! - [`ops`]: the pieces a decoder adds to chapter 13's: layer norm's and GELU's backward
 //!   passes, the causal attention of one batch, cross-entropy over the vocabulary.
 //! - [`data`]: characters as tokens ([`CharVocab`](data::CharVocab)) and random batches.
-//! - [`forward`]: the whole model, forward and backward.
+//! - [`kernels`]: the operations the model is made of, in two arithmetics: [`Exact`](kernels::Exact)
+//!   (the same bits everywhere) and [`Fast`](kernels::Fast) (`f32`, GEMM).
+//! - [`forward`]: the whole model, forward and backward, written once for both.
 //! - [`optim`]: AdamW with decoupled weight decay, warm-up then cosine decay, and clipping
 //!   by the global norm.
+//!
+//! - [`train`]: one training step, the batch split over the cores.
 //!
 //! A gradient is named `grad_` and what it is the gradient of, as in Part III.
 
 pub mod config;
 pub mod data;
 pub mod forward;
+pub mod kernels;
 pub mod ops;
 pub mod optim;
+pub mod train;
 pub mod weights;
 
 #[cfg(test)]

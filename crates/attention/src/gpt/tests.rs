@@ -117,3 +117,35 @@ fn a_later_token_cannot_change_an_earlier_logit() {
     assert_eq!(a.slice(ndarray::s![.., ..2, ..]), b.slice(ndarray::s![.., ..2, ..]));
     assert_ne!(a.slice(ndarray::s![.., 2, ..]), b.slice(ndarray::s![.., 2, ..]));
 }
+
+/// The fast `f32` path against the exact path in `f64` on a model of chapter 15's shape
+/// (narrower): every gradient within a small multiple of `f32`'s rounding.
+#[test]
+fn the_fast_path_agrees_with_the_exact_path() {
+    use super::kernels::{Exact, Fast};
+    let config = GptConfig { n_embd: 32, n_head: 4, block_size: 16, ..tiny(true) };
+    let exact = scrambled(config, 5);
+    let mut fast = Gpt::<f32>::zeros(config);
+    for ((_, mut f), (_, e)) in fast.tensors_mut().into_iter().zip(exact.tensors()) {
+        f.zip_mut_with(&e, |f, &e| *f = e as f32);
+    }
+    let mut exact = exact; // the same numbers, rounded to f32 and back
+    for ((_, mut e), (_, f)) in exact.tensors_mut().into_iter().zip(fast.tensors()) {
+        e.zip_mut_with(&f, |e, &f| *e = f64::from(f));
+    }
+    let mut rng = StdRng::seed_from_u64(9);
+    let tokens = Array2::from_shape_simple_fn((3, 16), || rng.random_range(0..7));
+    let targets = Array2::from_shape_simple_fn((3, 16), || rng.random_range(0..7));
+    let (loss_e, grads_e) = exact.loss_and_grads_with(&Exact, &tokens.view(), &targets.view()).unwrap();
+    let (loss_f, grads_f) = fast.loss_and_grads_with(&Fast, &tokens.view(), &targets.view()).unwrap();
+    assert!((loss_e - loss_f).abs() < 1e-5, "{loss_e} vs {loss_f}");
+    for ((name, e), (_, f)) in grads_e.tensors().into_iter().zip(grads_f.tensors()) {
+        let scale = e.iter().fold(0.0f64, |m, &v| m.max(v.abs())).max(1e-3);
+        let worst = e.iter().zip(f.iter()).fold(0.0f64, |m, (&e, &f)| m.max((e - f64::from(f)).abs()));
+        assert!(worst < 2e-4 * scale, "{name}: {worst} against a largest gradient of {scale}");
+    }
+    // the exact path in f32 gives the same numbers as Fast to rounding, and the bits of the
+    // exact path do not depend on the machine: it is what the book quotes
+    let (loss_32, _) = fast.loss_and_grads_with(&Exact, &tokens.view(), &targets.view()).unwrap();
+    assert!((loss_32 - loss_e).abs() < 1e-5);
+}

@@ -1,0 +1,180 @@
+//! Chapter *A model that writes*: the training loop.
+//!
+//! One step: draw a batch, compute the loss and its gradient, clip the gradient, take an
+//! AdamW step at the schedule's learning rate. The batch is split into a fixed number of
+//! parts whose gradients are computed side by side, one per processor core, and added in
+//! order: data parallelism, what several GPUs do with a batch, here on the cores of one
+//! machine. The split is fixed, not chosen by the number of cores, so a run gives the same
+//! numbers however many threads it gets.
+//!
+//! Anchors (below the doc comments): `train_config`, `parallel_grads`, `train_step`.
+
+use ndarray::{ArrayView2, Axis};
+use rayon::prelude::*;
+
+use super::kernels::Kernels;
+use super::optim::{AdamW, clip_global_norm, learning_rate};
+use super::weights::Gpt;
+use crate::error::{AttentionError, Result};
+use crate::float::{Float, to_f64};
+
+/// The settings of a training run; [`TrainConfig::nanogpt`] is chapter 15's.
+///
+/// ```
+/// use attention::gpt::train::TrainConfig;
+///
+/// let c = TrainConfig::nanogpt();
+/// assert_eq!((c.steps, c.batch_size, c.warmup), (2000, 12, 100));
+/// assert_eq!(c.lr_at(100), 1e-3);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq)]
+// ANCHOR: train_config
+pub struct TrainConfig {
+    /// Optimizer steps.
+    pub steps: usize,
+    /// Contexts per batch, `B`.
+    pub batch_size: usize,
+    /// The peak learning rate, reached after the warm-up.
+    pub lr: f64,
+    /// The floor the cosine decays to, at the last step.
+    pub min_lr: f64,
+    /// Warm-up steps.
+    pub warmup: usize,
+    /// The largest global gradient norm; longer gradients are scaled down.
+    pub grad_clip: f64,
+    /// How many parts each batch is split into, computed side by side.
+    pub parts: usize,
+}
+// ANCHOR_END: train_config
+
+impl TrainConfig {
+    /// nanoGPT's small CPU run: 2000 steps of 12 contexts, learning rate `1e-3` after 100
+    /// warm-up steps, down to `1e-4`, gradients clipped at norm 1; batches in 2 parts.
+    pub fn nanogpt() -> Self {
+        TrainConfig {
+            steps: 2000,
+            batch_size: 12,
+            lr: 1e-3,
+            min_lr: 1e-4,
+            warmup: 100,
+            grad_clip: 1.0,
+            parts: 2,
+        }
+    }
+
+    /// The learning rate of step `step` (from 0): [`learning_rate`] with these settings.
+    ///
+    /// ```
+    /// use attention::gpt::train::TrainConfig;
+    ///
+    /// assert_eq!(TrainConfig::nanogpt().lr_at(2000), 1e-4);
+    /// ```
+    pub fn lr_at(&self, step: usize) -> f64 {
+        learning_rate(step, self.warmup, self.steps, self.lr, self.min_lr)
+    }
+}
+
+/// The loss and gradient of a batch, the batch split into `parts` groups of contexts (as
+/// equal as they can be) whose gradients are computed in parallel and added in order, each
+/// weighted by its share of the tokens. The same numbers whatever the number of threads.
+///
+/// ```
+/// use attention::gpt::{config::GptConfig, kernels::Exact, train::parallel_grads, weights::Gpt};
+/// use ndarray::array;
+/// use rand::{rngs::StdRng, SeedableRng};
+///
+/// let config = GptConfig { n_layer: 1, n_embd: 8, n_head: 2, block_size: 4, ..GptConfig::shakespeare(5) };
+/// let gpt = Gpt::<f64>::init(config, &mut StdRng::seed_from_u64(0)).unwrap();
+/// let (x, y) = (array![[0, 1], [2, 3], [4, 0]], array![[1, 2], [3, 4], [0, 1]]);
+/// let (loss, grads) = parallel_grads(&gpt, &Exact, &x.view(), &y.view(), 2).unwrap();
+/// let (whole, all) = gpt.loss_and_grads(&x.view(), &y.view()).unwrap();
+/// assert!((loss - whole).abs() < 1e-12);
+/// assert!((&grads.wte - &all.wte).iter().all(|d| d.abs() < 1e-12));
+/// ```
+// ANCHOR: parallel_grads
+pub fn parallel_grads<A: Float, K: Kernels<A>>(
+    gpt: &Gpt<A>,
+    k: &K,
+    tokens: &ArrayView2<usize>,
+    targets: &ArrayView2<usize>,
+    parts: usize,
+) -> Result<(f64, Gpt<A>)> {
+    let batch = tokens.nrows();
+    if parts == 0 || parts > batch || targets.dim() != tokens.dim() {
+        return Err(AttentionError::Invalid {
+            what: "batch".into(),
+            problem: format!(
+                "{batch} contexts (targets {:?}) cannot be split into {parts} parts",
+                targets.dim()
+            ),
+        });
+    }
+    let size = batch.div_ceil(parts);
+    let chunks: Vec<_> =
+        tokens.axis_chunks_iter(Axis(0), size).zip(targets.axis_chunks_iter(Axis(0), size)).collect();
+    let results: Vec<Result<(f64, Gpt<A>)>> = chunks
+        .par_iter()
+        .map(|(x, y)| gpt.loss_and_grads_with(k, x, y))
+        .collect();
+    let mut total = Gpt::zeros(gpt.config);
+    let mut loss = 0.0;
+    for ((x, _), result) in chunks.iter().zip(results) {
+        let (part_loss, grads) = result?;
+        let share = x.nrows() as f64 / batch as f64; // each part's loss is a mean over its tokens
+        loss += share * part_loss;
+        for ((_, mut sum), (_, g)) in total.tensors_mut().into_iter().zip(grads.tensors()) {
+            sum.zip_mut_with(&g, |s, &g| *s = A::from_f64_lossy(to_f64(*s) + share * to_f64(g)));
+        }
+    }
+    Ok((loss, total))
+}
+// ANCHOR_END: parallel_grads
+
+/// What a training step reports.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct StepReport {
+    /// The batch's mean loss, before the step.
+    pub loss: f64,
+    /// The gradient's global norm, before clipping.
+    pub grad_norm: f64,
+    /// The learning rate used.
+    pub lr: f64,
+}
+
+/// One optimizer step on the batch `(tokens, targets)`: gradient (in `config.parts`
+/// parallel parts), clipping at `config.grad_clip`, AdamW at the learning rate of step
+/// `adamw.steps()`.
+///
+/// ```
+/// use attention::gpt::{config::GptConfig, kernels::Fast, optim::AdamW, train::{train_step, TrainConfig}, weights::Gpt};
+/// use ndarray::array;
+/// use rand::{rngs::StdRng, SeedableRng};
+///
+/// let config = GptConfig { n_layer: 1, n_embd: 8, n_head: 2, block_size: 4, ..GptConfig::shakespeare(5) };
+/// let mut gpt = Gpt::<f32>::init(config, &mut StdRng::seed_from_u64(0)).unwrap();
+/// let mut adamw = AdamW::nanogpt(&gpt);
+/// let settings = TrainConfig { lr: 1e-2, warmup: 0, steps: 50, ..TrainConfig::nanogpt() };
+/// let (x, y) = (array![[0, 1, 2, 3], [1, 2, 3, 4]], array![[1, 2, 3, 4], [2, 3, 4, 0]]);
+/// let first = train_step(&mut gpt, &mut adamw, &Fast, &settings, &x.view(), &y.view()).unwrap();
+/// for _ in 0..30 {
+///     train_step(&mut gpt, &mut adamw, &Fast, &settings, &x.view(), &y.view()).unwrap();
+/// }
+/// let later = train_step(&mut gpt, &mut adamw, &Fast, &settings, &x.view(), &y.view()).unwrap();
+/// assert!(later.loss < first.loss / 4.0); // it learns to count
+/// ```
+// ANCHOR: train_step
+pub fn train_step<A: Float, K: Kernels<A>>(
+    gpt: &mut Gpt<A>,
+    adamw: &mut AdamW<A>,
+    k: &K,
+    config: &TrainConfig,
+    tokens: &ArrayView2<usize>,
+    targets: &ArrayView2<usize>,
+) -> Result<StepReport> {
+    let lr = config.lr_at(adamw.steps());
+    let (loss, mut grads) = parallel_grads(gpt, k, tokens, targets, config.parts)?;
+    let grad_norm = clip_global_norm(&mut grads, config.grad_clip);
+    adamw.step(gpt, &grads, lr)?;
+    Ok(StepReport { loss, grad_norm, lr })
+}
+// ANCHOR_END: train_step
