@@ -14,7 +14,8 @@
 //! - [`optim`]: AdamW with decoupled weight decay, warm-up then cosine decay, and clipping
 //!   by the global norm.
 //!
-//! - [`train`]: one training step, the batch split over the cores.
+//! - [`train`]: one training step, the batch split over the cores; the validation loss.
+//! - [`sample`]: writing, one character at a time.
 //!
 //! A gradient is named `grad_` and what it is the gradient of, as in Part III.
 
@@ -24,6 +25,7 @@ pub mod forward;
 pub mod kernels;
 pub mod ops;
 pub mod optim;
+pub mod sample;
 pub mod train;
 pub mod weights;
 

@@ -178,3 +178,43 @@ pub fn train_step<A: Float, K: Kernels<A>>(
     Ok(StepReport { loss, grad_norm, lr })
 }
 // ANCHOR_END: train_step
+
+/// The mean next-token loss over every position of `ids` once: windows of `block_size`
+/// tokens side by side (the last one shorter), each token predicted from the tokens before
+/// it in its window; `batch` windows per forward pass. The validation loss of chapter 15
+/// (and of its PyTorch reference). An error if `ids` has fewer than 2 tokens.
+///
+/// ```
+/// use attention::gpt::{config::GptConfig, kernels::Exact, train::evaluate, weights::Gpt};
+/// use rand::{rngs::StdRng, SeedableRng};
+///
+/// let config = GptConfig { n_layer: 1, n_embd: 8, n_head: 2, block_size: 4, ..GptConfig::shakespeare(5) };
+/// let gpt = Gpt::<f64>::init(config, &mut StdRng::seed_from_u64(0)).unwrap();
+/// let ids = [0, 1, 2, 3, 4, 0, 1, 2, 3, 4];
+/// let loss = evaluate(&gpt, &Exact, &ids, 2).unwrap();
+/// assert!((loss - 5f64.ln()).abs() < 0.1); // a fresh model: about ln V
+/// assert!(evaluate(&gpt, &Exact, &ids[..1], 2).is_err());
+/// ```
+// ANCHOR: evaluate
+pub fn evaluate<A: Float, K: Kernels<A>>(gpt: &Gpt<A>, k: &K, ids: &[usize], batch: usize) -> Result<f64> {
+    if ids.len() < 2 || batch == 0 {
+        return Err(AttentionError::Invalid {
+            what: "evaluation text".into(),
+            problem: format!("{} tokens in batches of {batch}: nothing to predict", ids.len()),
+        });
+    }
+    let t = gpt.config.block_size;
+    let starts: Vec<usize> = (0..ids.len() - 1).step_by(t).collect();
+    let mut total = 0.0;
+    for group in starts.chunks(batch) {
+        // windows of the same length go through together; only the last can be shorter
+        for same in group.chunk_by(|&a, &b| (ids.len() - 1 - a).min(t) == (ids.len() - 1 - b).min(t)) {
+            let n = (ids.len() - 1 - same[0]).min(t);
+            let x = ndarray::Array2::from_shape_fn((same.len(), n), |(b, i)| ids[same[b] + i]);
+            let y = ndarray::Array2::from_shape_fn((same.len(), n), |(b, i)| ids[same[b] + i + 1]);
+            total += gpt.loss_with(k, &x.view(), &y.view())? * (same.len() * n) as f64;
+        }
+    }
+    Ok(total / (ids.len() - 1) as f64)
+}
+// ANCHOR_END: evaluate
