@@ -89,6 +89,51 @@ impl<A: Float> AdamW<A> {
         self.steps
     }
 
+    /// The first and second moments, one tensor each per tensor of the model, in the order
+    /// of [`Gpt::tensors`] (PyTorch's `exp_avg` and `exp_avg_sq`): what a checkpoint saves
+    /// to resume training.
+    ///
+    /// ```
+    /// use attention::gpt::{config::GptConfig, optim::AdamW, weights::Gpt};
+    ///
+    /// let gpt = Gpt::<f32>::zeros(GptConfig::shakespeare(65));
+    /// let adamw = AdamW::nanogpt(&gpt);
+    /// let (m, v) = adamw.moments();
+    /// assert_eq!((m.len(), v.len()), (gpt.tensors().len(), gpt.tensors().len()));
+    /// ```
+    pub fn moments(&self) -> (&[ArrayD<A>], &[ArrayD<A>]) {
+        (&self.m, &self.v)
+    }
+
+    /// nanoGPT's AdamW resumed after `steps` steps with the given moments; an error unless
+    /// they have the shapes of `gpt`'s tensors.
+    ///
+    /// ```
+    /// use attention::gpt::{config::GptConfig, optim::AdamW, weights::Gpt};
+    ///
+    /// let gpt = Gpt::<f32>::zeros(GptConfig::shakespeare(65));
+    /// let fresh = AdamW::nanogpt(&gpt);
+    /// let (m, v) = fresh.moments();
+    /// let resumed = AdamW::resume(&gpt, 7, m.to_vec(), v.to_vec()).unwrap();
+    /// assert_eq!(resumed.steps(), 7);
+    /// assert!(AdamW::resume(&gpt, 7, vec![], vec![]).is_err());
+    /// ```
+    pub fn resume(gpt: &Gpt<A>, steps: usize, m: Vec<ArrayD<A>>, v: Vec<ArrayD<A>>) -> Result<Self> {
+        let mut adamw = Self::nanogpt(gpt);
+        let fits = |moments: &[ArrayD<A>]| {
+            moments.len() == adamw.m.len()
+                && moments.iter().zip(&adamw.m).all(|(a, b)| a.shape() == b.shape())
+        };
+        if !fits(&m) || !fits(&v) {
+            return Err(AttentionError::Invalid {
+                what: "AdamW state".into(),
+                problem: "its moments do not have the shapes of the model's tensors".into(),
+            });
+        }
+        (adamw.steps, adamw.m, adamw.v) = (steps, m, v);
+        Ok(adamw)
+    }
+
     /// One step with learning rate `lr`: for every trained tensor `θ` with gradient `g`,
     ///
     /// ```text
