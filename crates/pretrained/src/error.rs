@@ -90,12 +90,26 @@ pub enum PretrainedError {
     },
     /// The file holds a tensor that no part of the model reads (a sign of another
     /// architecture or of a config that does not match the weights).
-    #[error("{}: tensor {name} is not part of a BERT encoder with this config", path.display())]
+    #[error("{}: tensor {name} is not part of a {model} with this config", path.display())]
     UnexpectedTensor {
         /// The weights file.
         path: PathBuf,
         /// The tensor's name.
         name: String,
+        /// The model that has no place for it: `BERT encoder`, `GPT-2 decoder`.
+        model: &'static str,
+    },
+    /// A tensor has the right name, shape and dtype, but numbers the config rules out: a
+    /// stored LM head that is not the token table it is tied to, or a shift that is not zero
+    /// in a model without trained shifts.
+    #[error("{}: tensor {name} {problem}", path.display())]
+    TensorValues {
+        /// The weights file.
+        path: PathBuf,
+        /// The tensor's name.
+        name: String,
+        /// What is wrong with its numbers, e.g. `differs from transformer.wte.weight, …`.
+        problem: String,
     },
     /// `tokenizer.json` cannot be loaded or used.
     #[error("{}: {message}", path.display())]

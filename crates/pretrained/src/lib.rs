@@ -6,7 +6,9 @@
 //! crate's layers: [`Embeddings`], then [`attention::encoder::EncoderLayer`]s, then mean
 //! pooling. Reading files and tokenizing text is not attention, so it lives here and not in
 //! `attention`, which keeps its small list of dependencies; data flows one way:
-//! weights file → [`Tensors`] → [`Bert`] → the chapter's example.
+//! weights file → [`Tensors`] → [`Bert`] → the chapter's example. It also writes and reads
+//! chapter 15's GPT as a checkpoint in Hugging Face's GPT-2 layout ([`gpt2`]), which
+//! `transformers` loads unchanged.
 //!
 //! | what | item |
 //! |---|---|
@@ -17,6 +19,7 @@
 //! | text → sentence embeddings | [`SentenceEncoder`] |
 //! | what the heads do: patterns, entropy, what a head writes, ablation | [`study`] |
 //! | the committed copy of all-MiniLM-L6-v2 | [`minilm_dir`] |
+//! | chapter 15's GPT as a GPT-2 checkpoint (`config.json`, `model.safetensors`, `vocab.json`) | [`gpt2`] |
 //!
 //! ```
 //! use pretrained::SentenceEncoder;
@@ -34,6 +37,7 @@
 mod bert;
 mod config;
 mod error;
+pub mod gpt2;
 pub mod study;
 mod tokenizer;
 mod weights;

@@ -203,6 +203,33 @@ impl<'a> Tensors<'a> {
         Ok(LayerNorm::new(gamma, beta, eps)?)
     }
 
+    /// The names of the tensors in the file that no call has read yet, sorted, without the
+    /// `bert.` prefix: what a loader that is not BERT's checks instead of
+    /// [`Tensors::finish`].
+    ///
+    /// ```
+    /// use pretrained::Tensors;
+    ///
+    /// let path = pretrained::minilm_dir().join("model.safetensors");
+    /// let bytes = std::fs::read(&path).unwrap();
+    /// let mut tensors = Tensors::new(&path, &bytes).unwrap();
+    /// assert_eq!(tensors.unread().len(), 102);
+    /// tensors.vector("embeddings.LayerNorm.weight", 384).unwrap();
+    /// assert_eq!(tensors.unread().len(), 101);
+    /// assert_eq!(tensors.unread()[0], "embeddings.LayerNorm.bias");
+    /// ```
+    pub fn unread(&self) -> Vec<String> {
+        let mut names: Vec<String> = self
+            .file
+            .names()
+            .into_iter()
+            .filter(|full| !self.read.contains(*full))
+            .map(|full| full.strip_prefix(self.prefix).unwrap_or(full).to_string())
+            .collect();
+        names.sort();
+        names
+    }
+
     /// Checks that every tensor in the file was read, except the few a BERT checkpoint holds
     /// for other uses ([`UNUSED`]: the `I64` position ids, checked to be integers, and the
     /// pooler); any other tensor means the file and the config do not describe the same model.
@@ -227,6 +254,7 @@ impl<'a> Tensors<'a> {
                 return Err(PretrainedError::UnexpectedTensor {
                     path: self.path.to_path_buf(),
                     name: name.into(),
+                    model: "BERT encoder",
                 });
             }
             let dtype = self.file.tensor(full).expect("a name from the header").dtype();

@@ -217,6 +217,41 @@ impl<A: Float> Gpt<A> {
         names.into_iter().zip(out).collect()
     }
 
+    /// The same model with every number passed through `f`, the config unchanged: with
+    /// `f64::from`, an `f32` model (as a checkpoint stores it) widened exactly to `f64`.
+    ///
+    /// ```
+    /// use attention::gpt::{config::GptConfig, weights::Gpt};
+    ///
+    /// let mut gpt = Gpt::<f32>::zeros(GptConfig::shakespeare(65));
+    /// gpt.blocks[2].c_fc.b[5] = 0.1;
+    /// let wide: Gpt<f64> = gpt.map(f64::from);
+    /// assert_eq!(wide.blocks[2].c_fc.b[5], 0.1f32 as f64);
+    /// assert_eq!(wide.map(|x| x as f32), gpt);
+    /// ```
+    pub fn map<B: Float>(&self, f: impl Fn(A) -> B) -> Gpt<B> {
+        let dense = |d: &Dense<A>| Dense { w: d.w.mapv(&f), b: d.b.mapv(&f) };
+        let norm = |n: &Norm<A>| Norm { gamma: n.gamma.mapv(&f), beta: n.beta.mapv(&f) };
+        Gpt {
+            config: self.config,
+            wte: self.wte.mapv(&f),
+            wpe: self.wpe.mapv(&f),
+            blocks: self
+                .blocks
+                .iter()
+                .map(|b| Block {
+                    ln_1: norm(&b.ln_1),
+                    c_attn: dense(&b.c_attn),
+                    attn_proj: dense(&b.attn_proj),
+                    ln_2: norm(&b.ln_2),
+                    c_fc: dense(&b.c_fc),
+                    mlp_proj: dense(&b.mlp_proj),
+                })
+                .collect(),
+            ln_f: norm(&self.ln_f),
+        }
+    }
+
     /// Whether the tensor called `name` is trained: every tensor with `bias`; without it,
     /// all but the shifts (names ending in `.bias`), which stay zero.
     ///

@@ -1,0 +1,464 @@
+//! Chapter *A model that writes*: a GPT checkpoint in Hugging Face's GPT-2 layout, written
+//! and read back.
+//!
+//! A checkpoint is a directory of three files, which `transformers` loads unchanged with
+//! `GPT2LMHeadModel.from_pretrained(dir)`:
+//!
+//! | file | what it holds |
+//! |---|---|
+//! | `config.json` | the sizes under `GPT2Config`'s names (`n_embd`, `n_layer`, `n_head`, `n_positions` for the block size), the exact GELU (`"gelu"`), no dropout, the head tied to the token table, and one key of ours, `"bias"`, which transformers keeps as it is |
+//! | `model.safetensors` | every tensor of [`Gpt::tensors`] as `F32`, under its GPT-2 name |
+//! | `vocab.json` | each character, as a one-character string, and its id |
+//!
+//! GPT-2's `Conv1D` stores a linear map as `(d_in, d_out)` and computes `x · W + b`, as the
+//! book does, so no tensor is transposed on the way in or out. The LM head is not stored:
+//! it is `transformer.wte.weight` (transformers ties it back when it loads the file).
+//!
+//! `bos_token_id` and `eos_token_id` are `null`: a character vocabulary has no special
+//! tokens, and GPT-2's default (50256) is outside it. Generation in transformers runs without
+//! them (it stops at `max_new_tokens`).
+//!
+//! ```
+//! use attention::gpt::{config::GptConfig, data::CharVocab, weights::Gpt};
+//! use pretrained::gpt2;
+//!
+//! let vocab = CharVocab::from_text("to be or not to be").unwrap();
+//! let config = GptConfig { n_layer: 1, n_embd: 8, n_head: 2, block_size: 4, ..GptConfig::shakespeare(vocab.len()) };
+//! let gpt = Gpt::<f32>::zeros(config);
+//! let dir = tempfile::tempdir().unwrap();
+//! gpt2::save(dir.path(), &gpt, &vocab).unwrap();
+//! let (back, back_vocab) = gpt2::load(dir.path()).unwrap();
+//! assert_eq!((back, back_vocab), (gpt, vocab));
+//! ```
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use attention::AttentionError;
+use attention::gpt::config::GptConfig;
+use attention::gpt::data::CharVocab;
+use attention::gpt::weights::Gpt;
+use safetensors::Dtype;
+use safetensors::tensor::TensorView;
+use serde::Deserialize;
+use serde_json::json;
+
+use crate::error::{PretrainedError, Result};
+use crate::weights::Tensors;
+
+/// The sizes and settings, as transformers' `GPT2Config` writes them.
+///
+/// ```
+/// assert_eq!(pretrained::gpt2::CONFIG_FILE, "config.json");
+/// ```
+pub const CONFIG_FILE: &str = "config.json";
+/// The weights.
+///
+/// ```
+/// assert_eq!(pretrained::gpt2::WEIGHTS_FILE, "model.safetensors");
+/// ```
+pub const WEIGHTS_FILE: &str = "model.safetensors";
+/// The characters and their ids.
+///
+/// ```
+/// assert_eq!(pretrained::gpt2::VOCAB_FILE, "vocab.json");
+/// ```
+pub const VOCAB_FILE: &str = "vocab.json";
+
+/// The name under which a checkpoint that stores its LM head keeps it.
+const LM_HEAD: &str = "lm_head.weight";
+
+/// Writes `gpt` and `vocab` as a checkpoint in `dir` (created if needed): [`CONFIG_FILE`],
+/// [`WEIGHTS_FILE`] and [`VOCAB_FILE`], replacing those already there.
+///
+/// Nothing is written unless the model can be saved as it is: a vocabulary of
+/// `vocab_size` characters, every tensor of the shape its config gives, and, without
+/// `bias`, every shift zero. Each file is first written in full to a temporary file in
+/// `dir`, all three before any is moved into place by a rename, so a reader sees each file
+/// whole, old or new, never a part of one; a failure removes the temporary files.
+///
+/// ```
+/// use attention::gpt::{config::GptConfig, data::CharVocab, weights::Gpt};
+/// use pretrained::gpt2;
+///
+/// let config = GptConfig { n_layer: 1, n_embd: 8, n_head: 2, block_size: 4, ..GptConfig::shakespeare(3) };
+/// let gpt = Gpt::<f32>::zeros(config);
+/// let dir = tempfile::tempdir().unwrap();
+/// let two = CharVocab::from_text("ab").unwrap();
+/// let err = gpt2::save(dir.path(), &gpt, &two).unwrap_err().to_string();
+/// assert!(err.ends_with("vocab.json: the vocabulary has 2 characters but the model's vocab_size is 3"), "{err}");
+/// assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0); // nothing written
+///
+/// gpt2::save(dir.path(), &gpt, &CharVocab::from_text("abc").unwrap()).unwrap();
+/// let mut names: Vec<String> = std::fs::read_dir(dir.path())
+///     .unwrap()
+///     .map(|e| e.unwrap().file_name().into_string().unwrap())
+///     .collect();
+/// names.sort();
+/// assert_eq!(names, ["config.json", "model.safetensors", "vocab.json"]);
+/// ```
+pub fn save(dir: &Path, gpt: &Gpt<f32>, vocab: &CharVocab) -> Result<()> {
+    let config = gpt.config;
+    config.validate()?;
+    if vocab.len() != config.vocab_size {
+        return Err(PretrainedError::Config {
+            path: dir.join(VOCAB_FILE),
+            message: format!(
+                "the vocabulary has {} characters but the model's vocab_size is {}",
+                vocab.len(),
+                config.vocab_size
+            ),
+        });
+    }
+    let weights = weights_bytes(&dir.join(WEIGHTS_FILE), gpt)?;
+    let config_text = serde_json::to_string_pretty(&config_json(&config))
+        .expect("a JSON value always serialises");
+    let ids: BTreeMap<String, usize> =
+        vocab.chars().iter().enumerate().map(|(id, c)| (c.to_string(), id)).collect();
+    let vocab_text = serde_json::to_string_pretty(&ids).expect("a map of strings to ids");
+    fs::create_dir_all(dir)
+        .map_err(|source| PretrainedError::Io { path: dir.to_path_buf(), source })?;
+    write_all_or_nothing(
+        dir,
+        &[
+            (WEIGHTS_FILE, weights),
+            (VOCAB_FILE, (vocab_text + "\n").into_bytes()),
+            (CONFIG_FILE, (config_text + "\n").into_bytes()),
+        ],
+    )
+}
+
+/// Reads the checkpoint in `dir` that [`save`] (or transformers' `save_pretrained` with a
+/// `vocab.json` beside it) wrote: the model in `f32` and its vocabulary.
+///
+/// Every file is checked against the others, and each error names the file (and the key or
+/// the tensor) at fault:
+///
+/// - `config.json` must describe a model this crate runs: `model_type` `"gpt2"`, the exact
+///   GELU (`"gelu"`; GPT-2's own `"gelu_new"` is the tanh approximation), `n_inner` `null` or
+///   `4·n_embd`, scores scaled by `1/√d_head` and nothing else, the head tied, no cross
+///   attention, and sizes that make a model. The keys `model_type`, `vocab_size`,
+///   `n_positions`, `n_embd`, `n_layer`, `n_head`, `layer_norm_epsilon` and
+///   `activation_function` must be there; other keys take transformers' defaults, `"bias"`
+///   (ours) `true` as in GPT-2. Dropout rates are ignored: they do not change the model.
+/// - `vocab.json` must give `vocab_size` characters the ids `0 … vocab_size − 1`, each once,
+///   in the characters' order (a character's id is its rank, as [`CharVocab`] numbers them).
+/// - `model.safetensors` must hold every tensor of the config, of its shape, as `F32`,
+///   `F16` or `BF16` (widened exactly to `f32`), and nothing else, except `lm_head.weight`
+///   if it equals the token table (a checkpoint that spells the tied head out); with
+///   `"bias": false` every shift must be zero.
+///
+/// ```
+/// use pretrained::gpt2;
+///
+/// let err = gpt2::load("/no/such/checkpoint".as_ref()).unwrap_err().to_string();
+/// assert!(err.starts_with("/no/such/checkpoint/config.json: "), "{err}");
+/// ```
+pub fn load(dir: &Path) -> Result<(Gpt<f32>, CharVocab)> {
+    let config_path = dir.join(CONFIG_FILE);
+    let config = parse_config(&config_path, &read_text(&config_path)?)?;
+    let vocab_path = dir.join(VOCAB_FILE);
+    let vocab = parse_vocab(&vocab_path, &read_text(&vocab_path)?, &config_path, &config)?;
+    let weights_path = dir.join(WEIGHTS_FILE);
+    let bytes = fs::read(&weights_path)
+        .map_err(|source| PretrainedError::Io { path: weights_path.clone(), source })?;
+    let gpt = parse_weights(&weights_path, &bytes, config)?;
+    Ok((gpt, vocab))
+}
+
+/// `config.json` as transformers' `GPT2Config` would write it for this model.
+fn config_json(c: &GptConfig) -> serde_json::Value {
+    json!({
+        "model_type": "gpt2",
+        "architectures": ["GPT2LMHeadModel"],
+        "vocab_size": c.vocab_size,
+        "n_positions": c.block_size,
+        "n_ctx": c.block_size,
+        "n_embd": c.n_embd,
+        "n_layer": c.n_layer,
+        "n_head": c.n_head,
+        "n_inner": null,
+        "activation_function": "gelu",
+        "layer_norm_epsilon": c.layer_norm_epsilon,
+        "resid_pdrop": 0.0,
+        "embd_pdrop": 0.0,
+        "attn_pdrop": 0.0,
+        "tie_word_embeddings": true,
+        "scale_attn_weights": true,
+        "scale_attn_by_inverse_layer_idx": false,
+        "add_cross_attention": false,
+        "bos_token_id": null,
+        "eos_token_id": null,
+        "dtype": "float32",
+        "bias": c.bias,
+    })
+}
+
+/// The keys of `config.json` this crate reads; serde names a missing one.
+#[derive(Debug, Deserialize)]
+struct Gpt2Json {
+    vocab_size: usize,
+    n_positions: usize,
+    n_embd: usize,
+    n_layer: usize,
+    n_head: usize,
+    layer_norm_epsilon: f64,
+    activation_function: String,
+    #[serde(default)]
+    n_inner: Option<usize>,
+    #[serde(default = "yes")]
+    scale_attn_weights: bool,
+    #[serde(default)]
+    scale_attn_by_inverse_layer_idx: bool,
+    #[serde(default = "yes")]
+    tie_word_embeddings: bool,
+    #[serde(default)]
+    add_cross_attention: bool,
+    #[serde(default = "yes")]
+    bias: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
+/// The model's config from the text of `config.json`, or an error naming the key at fault.
+fn parse_config(path: &Path, text: &str) -> Result<GptConfig> {
+    let refuse = |message: String| PretrainedError::Config { path: path.into(), message };
+    let value: serde_json::Value =
+        serde_json::from_str(text).map_err(|e| refuse(e.to_string()))?;
+    match value.get("model_type") {
+        Some(serde_json::Value::String(t)) if t == "gpt2" => {}
+        Some(other) => return Err(refuse(format!("model_type is {other}, not \"gpt2\""))),
+        None => return Err(refuse("missing field `model_type`".into())),
+    }
+    let json: Gpt2Json = serde_json::from_value(value).map_err(|e| refuse(e.to_string()))?;
+    if json.activation_function != "gelu" {
+        return Err(refuse(format!(
+            "activation_function is {:?}, but only \"gelu\" (the exact erf form) is \
+             implemented",
+            json.activation_function
+        )));
+    }
+    if let Some(n_inner) = json.n_inner.filter(|&n| n != 4 * json.n_embd) {
+        return Err(refuse(format!(
+            "n_inner is {n_inner}, but the MLP here is 4·n_embd = {} wide",
+            4 * json.n_embd
+        )));
+    }
+    let unsupported = [
+        ("scale_attn_weights", !json.scale_attn_weights),
+        ("scale_attn_by_inverse_layer_idx", json.scale_attn_by_inverse_layer_idx),
+        ("tie_word_embeddings", !json.tie_word_embeddings),
+        ("add_cross_attention", json.add_cross_attention),
+    ];
+    if let Some((key, _)) = unsupported.iter().find(|(_, set)| *set) {
+        let value = if *key == "scale_attn_weights" || *key == "tie_word_embeddings" {
+            "false"
+        } else {
+            "true"
+        };
+        return Err(refuse(format!("{key} is {value}, which this GPT does not implement")));
+    }
+    let config = GptConfig {
+        vocab_size: json.vocab_size,
+        block_size: json.n_positions,
+        n_layer: json.n_layer,
+        n_head: json.n_head,
+        n_embd: json.n_embd,
+        layer_norm_epsilon: json.layer_norm_epsilon,
+        bias: json.bias,
+    };
+    config.validate().map_err(|e| refuse(e.to_string()))?;
+    Ok(config)
+}
+
+/// The vocabulary from the text of `vocab.json`, checked against the config read from
+/// `config_path`.
+fn parse_vocab(
+    path: &Path,
+    text: &str,
+    config_path: &Path,
+    config: &GptConfig,
+) -> Result<CharVocab> {
+    let refuse = |message: String| PretrainedError::Config { path: path.into(), message };
+    let ids: BTreeMap<String, usize> =
+        serde_json::from_str(text).map_err(|e| refuse(e.to_string()))?;
+    if ids.len() != config.vocab_size {
+        return Err(refuse(format!(
+            "{} characters, but {} has vocab_size = {}",
+            ids.len(),
+            config_path.display(),
+            config.vocab_size
+        )));
+    }
+    let mut chars: Vec<Option<char>> = vec![None; ids.len()];
+    for (key, &id) in &ids {
+        let mut key_chars = key.chars();
+        let c = match (key_chars.next(), key_chars.next()) {
+            (Some(c), None) => c,
+            _ => return Err(refuse(format!("the key {key:?} is not one character"))),
+        };
+        match chars.get_mut(id) {
+            None => {
+                let n = ids.len();
+                return Err(refuse(format!("{c:?} has id {id}, outside 0..{n}")));
+            }
+            Some(Some(other)) => {
+                return Err(refuse(format!("id {id} is given to both {other:?} and {c:?}")));
+            }
+            Some(slot) => *slot = Some(c),
+        }
+    }
+    // n keys, n distinct ids below n: every slot is filled
+    let chars: Vec<char> = chars.into_iter().map(|c| c.expect("every id once")).collect();
+    CharVocab::from_chars(chars).map_err(|e| {
+        refuse(format!("the ids must number the characters in sorted order ({e})"))
+    })
+}
+
+/// The bytes of `model.safetensors` for `gpt` (`path` names the file in errors): every tensor
+/// as little-endian `F32` under its GPT-2 name, with the `{"format": "pt"}` metadata that
+/// PyTorch's writers add.
+fn weights_bytes(path: &Path, gpt: &Gpt<f32>) -> Result<Vec<u8>> {
+    let config = gpt.config;
+    if gpt.blocks.len() != config.n_layer {
+        return Err(AttentionError::Invalid {
+            what: "GPT".into(),
+            problem: format!(
+                "{} blocks, but its config says n_layer = {}",
+                gpt.blocks.len(),
+                config.n_layer
+            ),
+        }
+        .into());
+    }
+    let mut data = Vec::new();
+    for ((name, tensor), expected) in gpt.tensors().into_iter().zip(config.tensor_shapes()) {
+        if tensor.shape() != expected.as_slice() {
+            return Err(PretrainedError::TensorShape {
+                path: path.into(),
+                name,
+                found: tensor.shape().to_vec(),
+                expected,
+            });
+        }
+        if !gpt.is_trained(&name) && tensor.iter().any(|&x| x != 0.0) {
+            return Err(untrained_shift(path, name));
+        }
+        let bytes: Vec<u8> = tensor.iter().flat_map(|x| x.to_le_bytes()).collect();
+        data.push((name, expected, bytes));
+    }
+    let views = data.iter().map(|(name, shape, bytes)| {
+        let view = TensorView::new(Dtype::F32, shape.clone(), bytes)
+            .expect("4 bytes for every number of the shape");
+        (name.as_str(), view)
+    });
+    let metadata = [("format".to_string(), "pt".to_string())].into();
+    safetensors::serialize(views, Some(metadata))
+        .map_err(|e| PretrainedError::Format { path: path.into(), message: e.to_string() })
+}
+
+/// The model of `config` from the bytes of `model.safetensors`, read from `path`.
+fn parse_weights(path: &Path, bytes: &[u8], config: GptConfig) -> Result<Gpt<f32>> {
+    let mut tensors = Tensors::new(path, bytes)?;
+    let mut gpt = Gpt::<f32>::zeros(config);
+    for (name, mut tensor) in gpt.tensors_mut() {
+        let read = tensors.tensor(&name, tensor.shape())?;
+        tensor.assign(&read);
+    }
+    let (v, d) = (config.vocab_size, config.n_embd);
+    for name in tensors.unread() {
+        if name != LM_HEAD {
+            return Err(PretrainedError::UnexpectedTensor {
+                path: path.into(),
+                name,
+                model: "GPT-2 decoder",
+            });
+        }
+        if tensors.matrix(LM_HEAD, v, d)? != gpt.wte {
+            return Err(PretrainedError::TensorValues {
+                path: path.into(),
+                name,
+                problem: "differs from transformer.wte.weight, but this model's head is \
+                          tied to its token table"
+                    .into(),
+            });
+        }
+    }
+    for (name, tensor) in gpt.tensors() {
+        if !gpt.is_trained(&name) && tensor.iter().any(|&x| x != 0.0) {
+            return Err(untrained_shift(path, name));
+        }
+    }
+    Ok(gpt)
+}
+
+/// The error for a shift that is not zero in a model without trained shifts.
+fn untrained_shift(path: &Path, name: String) -> PretrainedError {
+    PretrainedError::TensorValues {
+        path: path.into(),
+        name,
+        problem: "is not zero, but the config has bias = false (shifts that are not \
+                  trained stay zero)"
+            .into(),
+    }
+}
+
+fn read_text(path: &Path) -> Result<String> {
+    fs::read_to_string(path)
+        .map_err(|source| PretrainedError::Io { path: path.into(), source })
+}
+
+/// Writes every `(name, bytes)` into `dir` so that each file appears whole or not at all:
+/// first every file goes to a new temporary file beside it (`.name.<pid>.<n>.tmp`), synced to
+/// disk; only when all are written is each renamed over its name. On a failure the temporary
+/// files are removed and the error names the file being written.
+fn write_all_or_nothing(dir: &Path, files: &[(&str, Vec<u8>)]) -> Result<()> {
+    let mut temps: Vec<(PathBuf, PathBuf)> = Vec::with_capacity(files.len());
+    let remove = |temps: &[(PathBuf, PathBuf)]| {
+        for (temp, _) in temps {
+            let _ = fs::remove_file(temp);
+        }
+    };
+    for (name, bytes) in files {
+        let target = dir.join(name);
+        match write_temp(dir, name, bytes) {
+            Ok(temp) => temps.push((temp, target)),
+            Err(source) => {
+                remove(&temps);
+                return Err(PretrainedError::Io { path: target, source });
+            }
+        }
+    }
+    for i in 0..temps.len() {
+        let (temp, target) = &temps[i];
+        if let Err(source) = fs::rename(temp, target) {
+            remove(&temps[i..]);
+            return Err(PretrainedError::Io { path: target.clone(), source });
+        }
+    }
+    Ok(())
+}
+
+/// `bytes` in a new file `dir/.name.<pid>.<n>.tmp`, the first `n` whose name is free,
+/// synced to disk; returns its path.
+fn write_temp(dir: &Path, name: &str, bytes: &[u8]) -> std::io::Result<PathBuf> {
+    let mut n = 0;
+    let (temp, mut file) = loop {
+        let temp = dir.join(format!(".{name}.{}.{n}.tmp", std::process::id()));
+        match fs::OpenOptions::new().write(true).create_new(true).open(&temp) {
+            Ok(file) => break (temp, file),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => n += 1,
+            Err(e) => return Err(e),
+        }
+    };
+    if let Err(e) = file.write_all(bytes).and_then(|()| file.sync_all()) {
+        drop(file);
+        let _ = fs::remove_file(&temp);
+        return Err(e);
+    }
+    Ok(temp)
+}
