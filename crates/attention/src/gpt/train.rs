@@ -181,7 +181,7 @@ pub fn train_step<A: Float, K: Kernels<A>>(
 
 /// The mean next-token loss over every position of `ids` once: windows of `block_size`
 /// tokens side by side (the last one shorter), each token predicted from the tokens before
-/// it in its window; `batch` windows per forward pass. The validation loss of chapter 15
+/// it in its window; `batch` windows per forward pass, on every core. The validation loss of chapter 15
 /// (and of its PyTorch reference). An error if `ids` has fewer than 2 tokens.
 ///
 /// ```
@@ -205,15 +205,24 @@ pub fn evaluate<A: Float, K: Kernels<A>>(gpt: &Gpt<A>, k: &K, ids: &[usize], bat
     }
     let t = gpt.config.block_size;
     let starts: Vec<usize> = (0..ids.len() - 1).step_by(t).collect();
-    let mut total = 0.0;
-    for group in starts.chunks(batch) {
-        // windows of the same length go through together; only the last can be shorter
-        for same in group.chunk_by(|&a, &b| (ids.len() - 1 - a).min(t) == (ids.len() - 1 - b).min(t)) {
+    // groups of windows of the same length (only the last window can be shorter), computed
+    // side by side on the cores and added in order
+    let groups: Vec<&[usize]> = starts
+        .chunks(batch)
+        .flat_map(|g| g.chunk_by(|&a, &b| (ids.len() - 1 - a).min(t) == (ids.len() - 1 - b).min(t)))
+        .collect();
+    let sums: Vec<Result<f64>> = groups
+        .par_iter()
+        .map(|same| {
             let n = (ids.len() - 1 - same[0]).min(t);
             let x = ndarray::Array2::from_shape_fn((same.len(), n), |(b, i)| ids[same[b] + i]);
             let y = ndarray::Array2::from_shape_fn((same.len(), n), |(b, i)| ids[same[b] + i + 1]);
-            total += gpt.loss_with(k, &x.view(), &y.view())? * (same.len() * n) as f64;
-        }
+            Ok(gpt.loss_with(k, &x.view(), &y.view())? * (same.len() * n) as f64)
+        })
+        .collect();
+    let mut total = 0.0;
+    for sum in sums {
+        total += sum?;
     }
     Ok(total / (ids.len() - 1) as f64)
 }
