@@ -4,11 +4,12 @@
 //! A checkpoint is a directory of three files, which `transformers` loads unchanged with
 //! `GPT2LMHeadModel.from_pretrained(dir)`:
 //!
-//! | file | what it holds |
-//! |---|---|
-//! | `config.json` | the sizes under `GPT2Config`'s names (`n_embd`, `n_layer`, `n_head`, `n_positions` for the block size), the exact GELU (`"gelu"`), no dropout, the head tied to the token table, and one key of ours, `"bias"`, which transformers keeps as it is |
-//! | `model.safetensors` | every tensor of [`Gpt::tensors`] as `F32`, under its GPT-2 name |
-//! | `vocab.json` | each character, as a one-character string, and its id |
+//! - `config.json`: the sizes under `GPT2Config`'s names (`n_embd`, `n_layer`, `n_head`,
+//!   and `n_positions` for the block size), the exact GELU (`"gelu"`), no dropout, the head
+//!   tied to the token table, and one key of ours, `"bias"`, which transformers keeps as it
+//!   is;
+//! - `model.safetensors`: every tensor of [`Gpt::tensors`] as `F32`, under its GPT-2 name;
+//! - `vocab.json`: each character, as a one-character string, and its id.
 //!
 //! GPT-2's `Conv1D` stores a linear map as `(d_in, d_out)` and computes `x · W + b`, as the
 //! book does, so no tensor is transposed on the way in or out. The LM head is not stored:
@@ -23,7 +24,13 @@
 //! use pretrained::gpt2;
 //!
 //! let vocab = CharVocab::from_text("to be or not to be").unwrap();
-//! let config = GptConfig { n_layer: 1, n_embd: 8, n_head: 2, block_size: 4, ..GptConfig::shakespeare(vocab.len()) };
+//! let config = GptConfig {
+//!     n_layer: 1,
+//!     n_embd: 8,
+//!     n_head: 2,
+//!     block_size: 4,
+//!     ..GptConfig::shakespeare(vocab.len())
+//! };
 //! let gpt = Gpt::<f32>::zeros(config);
 //! let dir = tempfile::tempdir().unwrap();
 //! gpt2::save(dir.path(), &gpt, &vocab).unwrap();
@@ -83,12 +90,19 @@ const LM_HEAD: &str = "lm_head.weight";
 /// use attention::gpt::{config::GptConfig, data::CharVocab, weights::Gpt};
 /// use pretrained::gpt2;
 ///
-/// let config = GptConfig { n_layer: 1, n_embd: 8, n_head: 2, block_size: 4, ..GptConfig::shakespeare(3) };
+/// let config = GptConfig {
+///     n_layer: 1,
+///     n_embd: 8,
+///     n_head: 2,
+///     block_size: 4,
+///     ..GptConfig::shakespeare(3)
+/// };
 /// let gpt = Gpt::<f32>::zeros(config);
 /// let dir = tempfile::tempdir().unwrap();
 /// let two = CharVocab::from_text("ab").unwrap();
 /// let err = gpt2::save(dir.path(), &gpt, &two).unwrap_err().to_string();
-/// assert!(err.ends_with("vocab.json: the vocabulary has 2 characters but the model's vocab_size is 3"), "{err}");
+/// let expected = "the vocabulary has 2 characters but the model's vocab_size is 3";
+/// assert!(err.ends_with(&format!("vocab.json: {expected}")), "{err}");
 /// assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0); // nothing written
 ///
 /// gpt2::save(dir.path(), &gpt, &CharVocab::from_text("abc").unwrap()).unwrap();
