@@ -4,11 +4,12 @@
 //! A checkpoint is a directory of three files, which `transformers` loads unchanged with
 //! `GPT2LMHeadModel.from_pretrained(dir)`:
 //!
-//! | file | what it holds |
-//! |---|---|
-//! | `config.json` | the sizes under `GPT2Config`'s names (`n_embd`, `n_layer`, `n_head`, `n_positions` for the block size), the exact GELU (`"gelu"`), no dropout, the head tied to the token table, and one key of ours, `"bias"`, which transformers keeps as it is |
-//! | `model.safetensors` | every tensor of [`Gpt::tensors`] as `F32`, under its GPT-2 name |
-//! | `vocab.json` | each character, as a one-character string, and its id |
+//! - `config.json`: the sizes under `GPT2Config`'s names (`n_embd`, `n_layer`, `n_head`,
+//!   and `n_positions` for the block size), the exact GELU (`"gelu"`), no dropout, the head
+//!   tied to the token table, and one key of ours, `"bias"`, which transformers keeps as it
+//!   is;
+//! - `model.safetensors`: every tensor of [`Gpt::tensors`] as `F32`, under its GPT-2 name;
+//! - `vocab.json`: each character, as a one-character string, and its id.
 //!
 //! GPT-2's `Conv1D` stores a linear map as `(d_in, d_out)` and computes `x · W + b`, as the
 //! book does, so no tensor is transposed on the way in or out. The LM head is not stored:
@@ -23,7 +24,13 @@
 //! use pretrained::gpt2;
 //!
 //! let vocab = CharVocab::from_text("to be or not to be").unwrap();
-//! let config = GptConfig { n_layer: 1, n_embd: 8, n_head: 2, block_size: 4, ..GptConfig::shakespeare(vocab.len()) };
+//! let config = GptConfig {
+//!     n_layer: 1,
+//!     n_embd: 8,
+//!     n_head: 2,
+//!     block_size: 4,
+//!     ..GptConfig::shakespeare(vocab.len())
+//! };
 //! let gpt = Gpt::<f32>::zeros(config);
 //! let dir = tempfile::tempdir().unwrap();
 //! gpt2::save(dir.path(), &gpt, &vocab).unwrap();
@@ -77,18 +84,27 @@ const LM_HEAD: &str = "lm_head.weight";
 /// `vocab_size` characters, every tensor of the shape its config gives, and, without
 /// `bias`, every shift zero. Each file is first written in full to a temporary file in
 /// `dir`, all three before any is moved into place by a rename, so a reader sees each file
-/// whole, old or new, never a part of one; a failure removes the temporary files.
+/// whole, old or new, never a part of one; a failure removes the temporary files. (Should
+/// a rename fail after another succeeded, which takes a fault once every byte is already on
+/// disk, new files can stand beside old ones: [`load`] checks them against each other.)
 ///
 /// ```
 /// use attention::gpt::{config::GptConfig, data::CharVocab, weights::Gpt};
 /// use pretrained::gpt2;
 ///
-/// let config = GptConfig { n_layer: 1, n_embd: 8, n_head: 2, block_size: 4, ..GptConfig::shakespeare(3) };
+/// let config = GptConfig {
+///     n_layer: 1,
+///     n_embd: 8,
+///     n_head: 2,
+///     block_size: 4,
+///     ..GptConfig::shakespeare(3)
+/// };
 /// let gpt = Gpt::<f32>::zeros(config);
 /// let dir = tempfile::tempdir().unwrap();
 /// let two = CharVocab::from_text("ab").unwrap();
 /// let err = gpt2::save(dir.path(), &gpt, &two).unwrap_err().to_string();
-/// assert!(err.ends_with("vocab.json: the vocabulary has 2 characters but the model's vocab_size is 3"), "{err}");
+/// let expected = "the vocabulary has 2 characters but the model's vocab_size is 3";
+/// assert!(err.ends_with(&format!("vocab.json: {expected}")), "{err}");
 /// assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0); // nothing written
 ///
 /// gpt2::save(dir.path(), &gpt, &CharVocab::from_text("abc").unwrap()).unwrap();
@@ -148,7 +164,8 @@ pub fn save(dir: &Path, gpt: &Gpt<f32>, vocab: &CharVocab) -> Result<()> {
 /// - `model.safetensors` must hold every tensor of the config, of its shape, as `F32`,
 ///   `F16` or `BF16` (widened exactly to `f32`), and nothing else, except `lm_head.weight`
 ///   if it equals the token table (a checkpoint that spells the tied head out); with
-///   `"bias": false` every shift must be zero.
+///   `"bias": false` every shift must be zero. Sizes that make more numbers than the file
+///   can hold are refused before any room is made for them.
 ///
 /// ```
 /// use pretrained::gpt2;
@@ -364,6 +381,23 @@ fn weights_bytes(path: &Path, gpt: &Gpt<f32>) -> Result<Vec<u8>> {
 /// The model of `config` from the bytes of `model.safetensors`, read from `path`.
 fn parse_weights(path: &Path, bytes: &[u8], config: GptConfig) -> Result<Gpt<f32>> {
     let mut tensors = Tensors::new(path, bytes)?;
+    // A config can ask for more numbers than memory holds; the file must hold them all (2
+    // bytes each at the least), so check that before making room for them.
+    if stored_numbers(&config).is_none_or(|n| n > bytes.len() / 2) {
+        return Err(PretrainedError::Config {
+            path: path.with_file_name(CONFIG_FILE),
+            message: format!(
+                "n_layer = {}, n_embd = {}, vocab_size = {} and n_positions = {} make more \
+                 numbers than the {} bytes of {} can hold",
+                config.n_layer,
+                config.n_embd,
+                config.vocab_size,
+                config.block_size,
+                bytes.len(),
+                path.display()
+            ),
+        });
+    }
     let mut gpt = Gpt::<f32>::zeros(config);
     for (name, mut tensor) in gpt.tensors_mut() {
         let read = tensors.tensor(&name, tensor.shape())?;
@@ -394,6 +428,16 @@ fn parse_weights(path: &Path, bytes: &[u8], config: GptConfig) -> Result<Gpt<f32
         }
     }
     Ok(gpt)
+}
+
+/// How many numbers the tensors of `config` hold, `None` past `usize::MAX`: the tables, and
+/// per block `12·d² + 13·d` (four matrices, their shifts, two layer norms), and the final
+/// layer norm.
+fn stored_numbers(config: &GptConfig) -> Option<usize> {
+    let d = config.n_embd;
+    let tables = config.vocab_size.checked_add(config.block_size)?.checked_mul(d)?;
+    let block = d.checked_mul(d)?.checked_mul(12)?.checked_add(d.checked_mul(13)?)?;
+    config.n_layer.checked_mul(block)?.checked_add(tables)?.checked_add(d.checked_mul(2)?)
 }
 
 /// The error for a shift that is not zero in a model without trained shifts.

@@ -331,6 +331,15 @@ fn a_config_this_model_cannot_run_is_refused_by_key() {
     for key in ["model_type", "n_head", "activation_function", "n_positions"] {
         refused(&|c| _ = c.as_object_mut().unwrap().remove(key), &format!("`{key}`"));
     }
+    // sizes no file of this size can hold are refused before any room is made for them
+    for (key, size) in
+        [("n_embd", 1usize << 40), ("n_layer", usize::MAX), ("n_positions", 1 << 60)]
+    {
+        let dir = saved(true);
+        rewrite_config(dir.path(), |c| c[key] = size.into());
+        let err = load_error(dir.path(), "config.json", "model.safetensors can hold");
+        assert!(matches!(err, PretrainedError::Config { .. }), "{err}");
+    }
     // n_inner = 4·n_embd and keys a transformers config adds are accepted
     let dir = saved(true);
     rewrite_config(dir.path(), |c| {
