@@ -56,7 +56,7 @@ use serde::{Deserialize, Serialize};
 /// Trains chapter 15's character-level GPT (nanoGPT's small configuration) on a text.
 #[derive(Parser, Debug)]
 #[command(version, after_help = AFTER_HELP)]
-struct Cli {
+pub struct Cli {
     /// The text to learn (UTF-8); its last 10 % is the validation text.
     #[arg(long, value_name = "FILE", default_value = DEFAULT_CORPUS)]
     corpus: PathBuf,
@@ -78,6 +78,9 @@ struct Cli {
     /// Characters written at the end (0: none).
     #[arg(long, value_name = "N", default_value_t = 300)]
     sample: usize,
+    /// For the tests: behave as if Ctrl-C came during step N.
+    #[arg(long, value_name = "N", hide = true)]
+    stop_after: Option<usize>,
 }
 
 const DEFAULT_CORPUS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/data/shakespeare/input.txt");
@@ -152,7 +155,7 @@ fn keep_freed_memory() {
 }
 
 /// The whole run; the exit code, or the one-line error.
-fn run(cli: &Cli, stop: &AtomicUsize) -> Result<u8, String> {
+pub fn run(cli: &Cli, stop: &AtomicUsize) -> Result<u8, String> {
     let text = read_corpus(&cli.corpus)?;
     let vocab = CharVocab::from_text(&text).map_err(|e| format!("{}: {e}", cli.corpus.display()))?;
     let ids = vocab.encode(&text).map_err(|e| e.to_string())?;
@@ -178,8 +181,16 @@ fn run(cli: &Cli, stop: &AtomicUsize) -> Result<u8, String> {
         Some(dir) => {
             let (gpt, saved_vocab, adamw, state) = load_checkpoint(dir)?;
             if saved_vocab != vocab {
+                let new = vocab.chars().iter().find(|c| !saved_vocab.chars().contains(c));
+                let lost = saved_vocab.chars().iter().find(|c| !vocab.chars().contains(c));
+                let which = match (new, lost) {
+                    (Some(c), _) => format!("{c:?} is not in the checkpoint's"),
+                    (None, Some(c)) => format!("{c:?} is not in the corpus's"),
+                    (None, None) => "the same characters in another order".into(),
+                };
                 return Err(format!(
-                    "{}: its vocabulary ({} characters) is not the corpus's ({} characters in {})",
+                    "{}: its vocabulary ({} characters) is not the corpus's ({} characters in \
+                     {}): {which}",
                     dir.join("vocab.json").display(),
                     saved_vocab.len(),
                     vocab.len(),
@@ -242,6 +253,9 @@ fn run(cli: &Cli, stop: &AtomicUsize) -> Result<u8, String> {
         let seconds = start.elapsed().as_secs_f64();
         state.train_seconds += seconds;
         state.step += 1;
+        if cli.stop_after == Some(state.step) {
+            stop.store(2, Ordering::SeqCst); // as SIGINT would
+        }
         let mut line = LogLine {
             step: state.step,
             loss: report.loss,
