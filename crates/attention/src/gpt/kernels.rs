@@ -223,10 +223,10 @@ macro_rules! vectorised {
 }
 
 vectorised! {
-    /// `g = GELU(u)`, entry by entry.
-    fn gelu_slice(u: &[f32], g: &mut [f32]) {
-        for (g, &x) in g.iter_mut().zip(u) {
-            *g = gelu_f32::<FMA>(x).0;
+    /// `x ← GELU(x)`, entry by entry.
+    fn gelu_in_place(x: &mut [f32]) {
+        for x in x.iter_mut() {
+            *x = gelu_f32::<FMA>(*x).0;
         }
     }
 }
@@ -259,9 +259,10 @@ vectorised! {
 
 impl Kernels<f32> for Fast {
     fn matmul(&self, a: &ArrayView2<f32>, b: &ArrayView2<f32>) -> Array2<f32> {
-        let mut c = Array2::zeros((a.nrows(), b.ncols()));
-        general_mat_mul(1.0, a, b, 0.0, &mut c);
-        c
+        let mut c = Array2::uninit((a.nrows(), b.ncols()));
+        gemm_into(1.0, a, b, c.view_mut());
+        // SAFETY: gemm_into wrote every entry.
+        unsafe { c.assume_init() }
     }
 
     fn layer_norm(&self, x: &ArrayView2<f32>, norm: &Norm<f32>, eps: f64) -> Result<Array2<f32>> {
@@ -312,8 +313,8 @@ impl Kernels<f32> for Fast {
 
     fn gelu(&self, u: &ArrayView2<f32>) -> Array2<f32> {
         let u = u.as_standard_layout();
-        let mut g = Array2::zeros(u.raw_dim());
-        gelu_slice(u.as_slice().expect("row-major"), g.as_slice_mut().expect("row-major"));
+        let mut g = u.to_owned();
+        gelu_in_place(g.as_slice_mut().expect("row-major"));
         g
     }
 
@@ -332,8 +333,8 @@ impl Kernels<f32> for Fast {
     ) -> Result<(Array2<f32>, Array4<f32>)> {
         let (t, d, d_head) = attention_sizes(qkv, batch, heads)?;
         let scale = 1.0 / (d_head as f32).sqrt();
-        let mut y = Array2::zeros((batch * t, d));
-        let mut weights = Array4::zeros((batch, heads, t, t));
+        let mut y = Array2::uninit((batch * t, d));
+        let mut weights = Array4::uninit((batch, heads, t, t));
         for b in 0..batch {
             let rows = b * t..(b + 1) * t;
             for h in 0..heads {
@@ -342,13 +343,15 @@ impl Kernels<f32> for Fast {
                 let k = qkv.slice(s![rows.clone(), d + cols.start..d + cols.end]);
                 let v = qkv.slice(s![rows.clone(), 2 * d + cols.start..2 * d + cols.end]);
                 let mut p = weights.slice_mut(s![b, h, .., ..]);
-                general_mat_mul(scale, &q, &k.t(), 0.0, &mut p); // S = Q·Kᵀ/√d_head
+                gemm_into(scale, &q, &k.t(), p.view_mut()); // S = Q·Kᵀ/√d_head
+                // SAFETY: gemm_into wrote every entry of this head's scores.
+                let mut p = unsafe { p.assume_init() };
                 causal_softmax(p.as_slice_mut().expect("row-major"), t);
-                let mut out = y.slice_mut(s![rows.clone(), cols]);
-                general_mat_mul(1.0, &p, &v, 0.0, &mut out); // P·V, into the head's columns
+                gemm_into(1.0, &p.view(), &v, y.slice_mut(s![rows.clone(), cols])); // P·V
             }
         }
-        Ok((y, weights))
+        // SAFETY: every head wrote its scores and its columns of every row.
+        Ok(unsafe { (y.assume_init(), weights.assume_init()) })
     }
 
     fn causal_attention_backward(
@@ -360,7 +363,7 @@ impl Kernels<f32> for Fast {
         let (batch, heads) = (weights.shape()[0], weights.shape()[1]);
         let (t, d, d_head) = attention_sizes(qkv, batch, heads)?;
         let scale = 1.0 / (d_head as f32).sqrt();
-        let mut grad_qkv = Array2::zeros(qkv.raw_dim());
+        let mut grad_qkv = Array2::uninit(qkv.raw_dim());
         let mut grad_s = Array2::zeros((t, t));
         for b in 0..batch {
             let rows = b * t..(b + 1) * t;
@@ -372,19 +375,20 @@ impl Kernels<f32> for Fast {
                 let p = weights.slice(s![b, h, .., ..]);
                 let grad_o = grad_y.slice(s![rows.clone(), c..c + d_head]);
                 // dV = Pᵀ·dO
-                let mut grad_v = grad_qkv.slice_mut(s![rows.clone(), 2 * d + c..2 * d + c + d_head]);
-                general_mat_mul(1.0, &p.t(), &grad_o, 0.0, &mut grad_v);
+                let grad_v = grad_qkv.slice_mut(s![rows.clone(), 2 * d + c..2 * d + c + d_head]);
+                gemm_into(1.0, &p.t(), &grad_o, grad_v);
                 // dP = dO·Vᵀ, then dS = P ∘ (dP − rowsum(dP ∘ P))
                 general_mat_mul(1.0, &grad_o, &v.t(), 0.0, &mut grad_s);
                 softmax_backward_rows(&p, &mut grad_s.view_mut());
                 // dQ = dS·K/√d, dK = dSᵀ·Q/√d
-                let mut grad_q = grad_qkv.slice_mut(s![rows.clone(), c..c + d_head]);
-                general_mat_mul(scale, &grad_s, &k, 0.0, &mut grad_q);
-                let mut grad_k = grad_qkv.slice_mut(s![rows.clone(), d + c..d + c + d_head]);
-                general_mat_mul(scale, &grad_s.t(), &q, 0.0, &mut grad_k);
+                let grad_q = grad_qkv.slice_mut(s![rows.clone(), c..c + d_head]);
+                gemm_into(scale, &grad_s.view(), &k, grad_q);
+                let grad_k = grad_qkv.slice_mut(s![rows.clone(), d + c..d + c + d_head]);
+                gemm_into(scale, &grad_s.t(), &q, grad_k);
             }
         }
-        Ok(grad_qkv)
+        // SAFETY: every head wrote its columns (of Q, K and V) of every row.
+        Ok(unsafe { grad_qkv.assume_init() })
     }
 
     fn cross_entropy(&self, logits: &ArrayView2<f32>, targets: &[usize]) -> Result<(f64, Array2<f32>)> {
@@ -410,6 +414,30 @@ impl Kernels<f32> for Fast {
             row[target] -= 1.0 / n as f32;
         }
         Ok((total / n as f64, grad))
+    }
+}
+
+/// `c = alpha · a · b` through `matrixmultiply`'s GEMM, `c` written without being read (its
+/// previous contents, initialised or not, do not matter), whatever the strides of the three.
+fn gemm_into(
+    alpha: f32,
+    a: &ArrayView2<f32>,
+    b: &ArrayView2<f32>,
+    mut c: ArrayViewMut2<std::mem::MaybeUninit<f32>>,
+) {
+    let ((m, k), (k2, n)) = (a.dim(), b.dim());
+    assert!(k == k2 && c.dim() == (m, n), "gemm_into: ({m}, {k})·({k2}, {n}) into {:?}", c.dim());
+    let (sa, sb, sc) = (a.strides(), b.strides(), c.strides().to_vec());
+    // SAFETY: the three pointers and their strides describe the views' own elements, which the
+    // views keep alive; with beta = 0, matrixmultiply writes every entry of c and reads none.
+    unsafe {
+        matrixmultiply::sgemm(
+            m, k, n, alpha,
+            a.as_ptr(), sa[0], sa[1],
+            b.as_ptr(), sb[0], sb[1],
+            0.0,
+            c.as_mut_ptr().cast::<f32>(), sc[0], sc[1],
+        );
     }
 }
 
