@@ -83,7 +83,8 @@ pub struct Cli {
     stop_after: Option<usize>,
 }
 
-const DEFAULT_CORPUS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/data/shakespeare/input.txt");
+const DEFAULT_CORPUS: &str =
+    concat!(env!("CARGO_MANIFEST_DIR"), "/data/shakespeare/input.txt");
 const DEFAULT_OUT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/target/ch15/run");
 const AFTER_HELP: &str = "Examples:\n  cargo run --release --example train\n  \
     cargo run --release --example train -- --corpus my_text.txt --steps 500 --out my_run\n  \
@@ -157,7 +158,8 @@ fn keep_freed_memory() {
 /// The whole run; the exit code, or the one-line error.
 pub fn run(cli: &Cli, stop: &AtomicUsize) -> Result<u8, String> {
     let text = read_corpus(&cli.corpus)?;
-    let vocab = CharVocab::from_text(&text).map_err(|e| format!("{}: {e}", cli.corpus.display()))?;
+    let vocab =
+        CharVocab::from_text(&text).map_err(|e| format!("{}: {e}", cli.corpus.display()))?;
     let ids = vocab.encode(&text).map_err(|e| e.to_string())?;
     let config = GptConfig::shakespeare(vocab.len());
     let settings = TrainConfig { steps: cli.steps as usize, ..TrainConfig::nanogpt() };
@@ -173,7 +175,8 @@ pub fn run(cli: &Cli, stop: &AtomicUsize) -> Result<u8, String> {
             ((t + 1) * 10).div_ceil(9).max(20)
         ));
     }
-    let out = cli.out.clone().or_else(|| cli.resume.clone()).unwrap_or_else(|| DEFAULT_OUT.into());
+    let out =
+        cli.out.clone().or_else(|| cli.resume.clone()).unwrap_or_else(|| DEFAULT_OUT.into());
     check_out_folder(&out)?;
 
     // The model, the optimizer and the run so far: fresh, or from the checkpoint.
@@ -246,10 +249,12 @@ pub fn run(cli: &Cli, stop: &AtomicUsize) -> Result<u8, String> {
             break;
         }
         let mut rng = batch_rng(state.seed, state.step);
-        let (x, y) = batch(train, settings.batch_size, t, &mut rng).map_err(|e| e.to_string())?;
+        let (x, y) =
+            batch(train, settings.batch_size, t, &mut rng).map_err(|e| e.to_string())?;
         let start = Instant::now();
-        let report: StepReport = train_step(&mut gpt, &mut adamw, &Fast, &settings, &x.view(), &y.view())
-            .map_err(|e| e.to_string())?;
+        let report: StepReport =
+            train_step(&mut gpt, &mut adamw, &Fast, &settings, &x.view(), &y.view())
+                .map_err(|e| e.to_string())?;
         let seconds = start.elapsed().as_secs_f64();
         state.train_seconds += seconds;
         state.step += 1;
@@ -302,7 +307,11 @@ pub fn run(cli: &Cli, stop: &AtomicUsize) -> Result<u8, String> {
             out.display(),
             out.display(),
             settings.steps,
-            if cli.corpus.as_os_str() == DEFAULT_CORPUS { String::new() } else { format!(" --corpus {}", cli.corpus.display()) }
+            if cli.corpus.as_os_str() == DEFAULT_CORPUS {
+                String::new()
+            } else {
+                format!(" --corpus {}", cli.corpus.display())
+            }
         );
         return Ok(128 + signal as u8);
     }
@@ -318,8 +327,13 @@ pub fn run(cli: &Cli, stop: &AtomicUsize) -> Result<u8, String> {
     if cli.sample > 0 {
         let newline = vocab.encode("\n").ok().filter(|v| !v.is_empty()).unwrap_or(vec![0]);
         let mut rng = StdRng::seed_from_u64(cli.seed);
-        let written = sample(&gpt, &Fast, &newline, cli.sample, 1.0, &mut rng).map_err(|e| e.to_string())?;
-        stdout::line(format_args!("a sample (seed {}):\n{}", cli.seed, vocab.decode(&written)));
+        let written = sample(&gpt, &Fast, &newline, cli.sample, 1.0, &mut rng)
+            .map_err(|e| e.to_string())?;
+        stdout::line(format_args!(
+            "a sample (seed {}):\n{}",
+            cli.seed,
+            vocab.decode(&written)
+        ));
     }
     Ok(0)
 }
@@ -370,10 +384,17 @@ fn read_corpus(path: &Path) -> Result<String, String> {
         return Err(format!("{}: the file is empty", path.display()));
     }
     if let Some(i) = bytes.iter().position(|&b| b == 0) {
-        return Err(format!("{}: a binary file (a zero byte at {i}), not text", path.display()));
+        return Err(format!(
+            "{}: a binary file (a zero byte at {i}), not text",
+            path.display()
+        ));
     }
     String::from_utf8(bytes).map_err(|e| {
-        format!("{}: not UTF-8 text (byte {} is invalid)", path.display(), e.utf8_error().valid_up_to())
+        format!(
+            "{}: not UTF-8 text (byte {} is invalid)",
+            path.display(),
+            e.utf8_error().valid_up_to()
+        )
     })
 }
 
@@ -381,8 +402,10 @@ fn read_corpus(path: &Path) -> Result<String, String> {
 fn progress_bar(position: usize, steps: usize) -> ProgressBar {
     let bar = ProgressBar::with_draw_target(Some(steps as u64), ProgressDrawTarget::stderr());
     bar.set_style(
-        ProgressStyle::with_template("step {pos}/{len} {wide_bar} {msg}  {elapsed} (left {eta})")
-            .expect("a valid template"),
+        ProgressStyle::with_template(
+            "step {pos}/{len} {wide_bar} {msg}  {elapsed} (left {eta})",
+        )
+        .expect("a valid template"),
     );
     bar.set_position(position as u64);
     bar.enable_steady_tick(Duration::from_millis(500));
@@ -398,13 +421,15 @@ fn save_checkpoint(
     adamw: &AdamW<f32>,
     state: &TrainerState,
 ) -> Result<(), String> {
-    let cannot = |e: std::io::Error| format!("{}: cannot write the checkpoint: {e}", out.display());
+    let cannot =
+        |e: std::io::Error| format!("{}: cannot write the checkpoint: {e}", out.display());
     let parent = match out.parent() {
         Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
         _ => PathBuf::from("."),
     };
     fs::create_dir_all(&parent).map_err(cannot)?;
-    let name = out.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or("run".into());
+    let name =
+        out.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or("run".into());
     let fresh = parent.join(format!(".{name}.{}.new", std::process::id()));
     let old = parent.join(format!(".{name}.{}.old", std::process::id()));
     let _ = fs::remove_dir_all(&fresh);
@@ -458,14 +483,22 @@ fn optimizer_bytes(gpt: &Gpt<f32>, adamw: &AdamW<f32>) -> Result<Vec<u8>, String
     }
     let views: Vec<(String, TensorView)> = owned
         .iter()
-        .map(|(n, s, b)| Ok((n.clone(), TensorView::new(Dtype::F32, s.clone(), b).map_err(|e| e.to_string())?)))
+        .map(|(n, s, b)| {
+            Ok((
+                n.clone(),
+                TensorView::new(Dtype::F32, s.clone(), b).map_err(|e| e.to_string())?,
+            ))
+        })
         .collect::<Result<_, String>>()?;
-    let meta = std::collections::HashMap::from([("step".to_string(), adamw.steps().to_string())]);
+    let meta =
+        std::collections::HashMap::from([("step".to_string(), adamw.steps().to_string())]);
     safetensors::serialize(views, Some(meta)).map_err(|e| e.to_string())
 }
 
 /// The checkpoint in `dir`: model, vocabulary, optimizer and run so far.
-fn load_checkpoint(dir: &Path) -> Result<(Gpt<f32>, CharVocab, AdamW<f32>, TrainerState), String> {
+fn load_checkpoint(
+    dir: &Path,
+) -> Result<(Gpt<f32>, CharVocab, AdamW<f32>, TrainerState), String> {
     let (gpt, vocab) = pretrained::gpt2::load(dir).map_err(|e| e.to_string())?;
     let path = dir.join("optimizer.safetensors");
     let shown = path.display().to_string();
@@ -484,7 +517,8 @@ fn load_checkpoint(dir: &Path) -> Result<(Gpt<f32>, CharVocab, AdamW<f32>, Train
     for (i, kind) in ["exp_avg", "exp_avg_sq"].iter().enumerate() {
         for (name, t) in gpt.tensors() {
             let key = format!("{name}.{kind}");
-            let view = file.tensor(&key).map_err(|_| format!("{shown}: tensor {key} is missing"))?;
+            let view =
+                file.tensor(&key).map_err(|_| format!("{shown}: tensor {key} is missing"))?;
             if view.dtype() != safetensors::Dtype::F32 || view.shape() != t.shape() {
                 return Err(format!(
                     "{shown}: tensor {key} is {:?} {:?}, but f32 {:?} was expected",
@@ -504,7 +538,8 @@ fn load_checkpoint(dir: &Path) -> Result<(Gpt<f32>, CharVocab, AdamW<f32>, Train
     let [m, v] = moments;
     let adamw = AdamW::resume(&gpt, steps, m, v).map_err(|e| format!("{shown}: {e}"))?;
     let state_path = dir.join("trainer_state.json");
-    let json = fs::read_to_string(&state_path).map_err(|e| format!("{}: {e}", state_path.display()))?;
+    let json = fs::read_to_string(&state_path)
+        .map_err(|e| format!("{}: {e}", state_path.display()))?;
     let state: TrainerState =
         serde_json::from_str(&json).map_err(|e| format!("{}: {e}", state_path.display()))?;
     if state.step != steps || state.log.len() != steps {

@@ -34,7 +34,21 @@ fn a_run_leaves_a_checkpoint_transformers_can_read() {
     let text = corpus(dir.path());
     let out = dir.path().join("run");
     let out_arg = out.to_str().unwrap();
-    assert_eq!(run(&["--corpus", &text, "--steps", "4", "--eval-every", "2", "--out", out_arg, "--sample", "20"]), Ok(0));
+    assert_eq!(
+        run(&[
+            "--corpus",
+            &text,
+            "--steps",
+            "4",
+            "--eval-every",
+            "2",
+            "--out",
+            out_arg,
+            "--sample",
+            "20"
+        ]),
+        Ok(0)
+    );
     let mut files: Vec<String> = std::fs::read_dir(&out)
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
@@ -42,17 +56,31 @@ fn a_run_leaves_a_checkpoint_transformers_can_read() {
     files.sort();
     assert_eq!(
         files,
-        ["config.json", "log.csv", "model.safetensors", "optimizer.safetensors", "trainer_state.json", "vocab.json"]
+        [
+            "config.json",
+            "log.csv",
+            "model.safetensors",
+            "optimizer.safetensors",
+            "trainer_state.json",
+            "vocab.json"
+        ]
     );
     let config = std::fs::read_to_string(out.join("config.json")).unwrap();
-    assert!(config.contains(r#""model_type": "gpt2""#) && config.contains(r#""activation_function": "gelu""#));
+    assert!(
+        config.contains(r#""model_type": "gpt2""#)
+            && config.contains(r#""activation_function": "gelu""#)
+    );
     let log = std::fs::read_to_string(out.join("log.csv")).unwrap();
     assert_eq!(log.lines().count(), 1 + 4);
-    assert!(log.lines().nth(2).unwrap().split(',').nth(4).is_some_and(|v| !v.is_empty()), "val at 2");
+    assert!(
+        log.lines().nth(2).unwrap().split(',').nth(4).is_some_and(|v| !v.is_empty()),
+        "val at 2"
+    );
     let (gpt, vocab) = pretrained::gpt2::load(&out).unwrap();
     assert_eq!((vocab.len(), gpt.config.block_size), (17, 64));
     // nothing else is left beside the folder
-    let beside: Vec<_> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+    let beside: Vec<_> =
+        std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
     assert_eq!(beside.len(), 2, "{beside:?}");
 }
 
@@ -65,13 +93,17 @@ fn an_interrupted_run_resumes_to_the_same_bits() {
     let common = ["--corpus", &text, "--steps", "6", "--eval-every", "4", "--sample", "0"];
     assert_eq!(run(&[&common[..], &["--out", whole_arg]].concat()), Ok(0));
     // Ctrl-C during step 3: the checkpoint is saved after it, and the run exits with 130
-    assert_eq!(run(&[&common[..], &["--out", parts_arg, "--stop-after", "3"]].concat()), Ok(130));
+    assert_eq!(
+        run(&[&common[..], &["--out", parts_arg, "--stop-after", "3"]].concat()),
+        Ok(130)
+    );
     let state = std::fs::read_to_string(parts.join("trainer_state.json")).unwrap();
     assert!(state.contains(r#""step": 3"#), "{state}");
     assert_eq!(run(&[&common[..], &["--resume", parts_arg]].concat()), Ok(0));
     for file in ["model.safetensors", "optimizer.safetensors", "log.csv"] {
         assert!(
-            std::fs::read(whole.join(file)).unwrap() == std::fs::read(parts.join(file)).unwrap(),
+            std::fs::read(whole.join(file)).unwrap()
+                == std::fs::read(parts.join(file)).unwrap(),
             "{file} differs"
         );
     }
@@ -84,7 +116,11 @@ fn bad_corpora_are_one_line_and_write_nothing() {
     let out_arg = out.to_str().unwrap();
     let cases: [(&str, &[u8], &str); 4] = [
         ("empty.txt", b"", "the file is empty"),
-        ("binary.bin", b"PK\x03\x04\x00\x00 zip", "a binary file (a zero byte at 4), not text"),
+        (
+            "binary.bin",
+            b"PK\x03\x04\x00\x00 zip",
+            "a binary file (a zero byte at 4), not text",
+        ),
         ("latin1.txt", b"caf\xe9 au lait", "not UTF-8 text (byte 3 is invalid)"),
         ("short.txt", b"To be, or not to be.", "20 characters; at least 73 are needed"),
     ];
@@ -106,7 +142,8 @@ fn a_folder_that_is_not_a_checkpoint_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     let text = corpus(dir.path());
     // the corpus's own folder holds the corpus: replacing it would lose it
-    let err = run(&["--corpus", &text, "--steps", "2", "--out", dir.path().to_str().unwrap()]).unwrap_err();
+    let err = run(&["--corpus", &text, "--steps", "2", "--out", dir.path().to_str().unwrap()])
+        .unwrap_err();
     assert!(err.contains("holds corpus.txt and is not a checkpoint folder"), "{err}");
     assert!(Path::new(&text).exists());
 }
@@ -117,11 +154,31 @@ fn a_checkpoint_from_another_text_or_a_broken_one_is_refused() {
     let text = corpus(dir.path());
     let out = dir.path().join("run");
     let out_arg = out.to_str().unwrap();
-    assert_eq!(run(&["--corpus", &text, "--steps", "2", "--eval-every", "2", "--out", out_arg, "--sample", "0"]), Ok(0));
+    assert_eq!(
+        run(&[
+            "--corpus",
+            &text,
+            "--steps",
+            "2",
+            "--eval-every",
+            "2",
+            "--out",
+            out_arg,
+            "--sample",
+            "0"
+        ]),
+        Ok(0)
+    );
     let other = dir.path().join("other.txt");
     std::fs::write(&other, "Now is the winter of our discontent!\n".repeat(60)).unwrap();
-    let err = run(&["--corpus", other.to_str().unwrap(), "--resume", out_arg, "--steps", "4"]).unwrap_err();
-    assert!(err.contains("vocab.json: its vocabulary (17 characters) is not the corpus's (17 characters"), "{err}");
+    let err = run(&["--corpus", other.to_str().unwrap(), "--resume", out_arg, "--steps", "4"])
+        .unwrap_err();
+    assert!(
+        err.contains(
+            "vocab.json: its vocabulary (17 characters) is not the corpus's (17 characters"
+        ),
+        "{err}"
+    );
     assert!(err.ends_with("'!' is not in the checkpoint's"), "{err}");
     // a truncated weights file
     let weights = out.join("model.safetensors");

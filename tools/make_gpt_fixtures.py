@@ -37,6 +37,14 @@ What it writes, in crates/pretrained/tests/fixtures/tiny-gpt2/:
                                   clip_grad_norm_ returns it (each is above 1: every step clips)
       adamw.<name>                every parameter after the third step
 
+And, in crates/pretrained/tests/fixtures/shakespeare-char/, for the committed model of chapter
+15 (crates/pretrained/model/shakespeare-char/, read by GPT2LMHeadModel.from_pretrained as it is):
+
+  logits.safetensors              float64 (the stored float32 weights converted with .double()),
+                                  ids int64: tokens (2, 64), the first two windows of 64
+                                  characters of the validation text (the corpus's last 10 %),
+                                  and logits (2, 64, 71)
+
 The three steps are nanoGPT's: torch.optim.AdamW with betas (0.9, 0.99), eps 1e-8, weight decay
 0.1 on the tensors with two axes and 0 on the others, and
 torch.nn.utils.clip_grad_norm_(params, 1.0) before each step.
@@ -223,5 +231,31 @@ def main():
         print(f"  {path.stat().st_size:>8}  {path.relative_to(OUT.parent.parent.parent.parent.parent)}")
 
 
+SHAKESPEARE = pathlib.Path(__file__).resolve().parent.parent / "crates/pretrained/model/shakespeare-char"
+CORPUS = pathlib.Path(__file__).resolve().parent.parent / "data/shakespeare/input.txt"
+SHAKESPEARE_OUT = OUT.parent / "shakespeare-char"
+
+
+def committed_model_logits():
+    """transformers' logits for the committed model on the start of the validation text."""
+    from transformers import GPT2LMHeadModel
+
+    model = GPT2LMHeadModel.from_pretrained(str(SHAKESPEARE), attn_implementation="eager").double().eval()
+    vocab = json.loads((SHAKESPEARE / "vocab.json").read_text(encoding="utf-8"))
+    text = CORPUS.read_text(encoding="utf-8")
+    val = text[int(0.9 * len(text)):]  # the split of the train tool: ids[len * 9 / 10..]
+    if int(0.9 * len(text)) != len(text) * 9 // 10:
+        fail("the validation split differs from the train tool's")
+    ids = [vocab[c] for c in val[:128]]
+    tokens = torch.tensor(ids, dtype=torch.int64).reshape(2, 64)
+    with torch.no_grad():
+        logits = model(tokens).logits
+    SHAKESPEARE_OUT.mkdir(parents=True, exist_ok=True)
+    path = SHAKESPEARE_OUT / "logits.safetensors"
+    safetensors.torch.save_file({"tokens": tokens, "logits": logits.contiguous()}, str(path))
+    print(f"  {path.stat().st_size:>8}  {path}")
+
+
 if __name__ == "__main__":
     main()
+    committed_model_logits()

@@ -19,6 +19,7 @@
 //! | text → sentence embeddings | [`SentenceEncoder`] |
 //! | what the heads do: patterns, entropy, what a head writes, ablation | [`study`] |
 //! | the committed copy of all-MiniLM-L6-v2 | [`minilm_dir`] |
+//! | chapter 15's committed GPT | [`shakespeare_dir`] |
 //! | chapter 15's GPT as a GPT-2 checkpoint (`config.json`, `model.safetensors`, `vocab.json`) | [`gpt2`] |
 //!
 //! ```
@@ -60,6 +61,18 @@ pub use weights::Tensors;
 /// ```
 pub fn minilm_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("model/all-MiniLM-L6-v2")
+}
+
+/// The committed model of chapter 15, `shakespeare-char`: a character-level GPT trained by
+/// the book's own code (see the `README.md` there), in Hugging Face's GPT-2 layout, read by
+/// [`gpt2::load`].
+///
+/// ```
+/// let (gpt, vocab) = pretrained::gpt2::load(&pretrained::shakespeare_dir()).unwrap();
+/// assert_eq!((vocab.len(), gpt.config.n_layer), (71, 4));
+/// ```
+pub fn shakespeare_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("model/shakespeare-char")
 }
 
 /// A model and its tokenizer: text in, sentence embeddings out.

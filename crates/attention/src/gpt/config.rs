@@ -73,7 +73,8 @@ impl GptConfig {
     /// );
     /// ```
     pub fn validate(&self) -> Result<()> {
-        let invalid = |problem: String| AttentionError::Invalid { what: "GPT config".into(), problem };
+        let invalid =
+            |problem: String| AttentionError::Invalid { what: "GPT config".into(), problem };
         for (name, size) in [
             ("vocab_size", self.vocab_size),
             ("block_size", self.block_size),
@@ -85,13 +86,15 @@ impl GptConfig {
                 return Err(invalid(format!("{name} is 0; it must be at least 1")));
             }
         }
-        if self.n_embd % self.n_head != 0 {
+        if !self.n_embd.is_multiple_of(self.n_head) {
             let (d, h) = (self.n_embd, self.n_head);
             return Err(invalid(format!("n_embd = {d} is not a multiple of n_head = {h}")));
         }
         let eps = self.layer_norm_epsilon;
         if !(eps > 0.0 && eps.is_finite()) {
-            return Err(invalid(format!("layer_norm_epsilon = {eps} must be positive and finite")));
+            return Err(invalid(format!(
+                "layer_norm_epsilon = {eps} must be positive and finite"
+            )));
         }
         Ok(())
     }
@@ -161,14 +164,7 @@ impl GptConfig {
     /// assert_eq!(names[13], "transformer.h.0.mlp.c_proj.bias");
     /// ```
     pub fn tensor_names(&self) -> Vec<String> {
-        let mut names = vec!["transformer.wte.weight".to_string(), "transformer.wpe.weight".into()];
-        for i in 0..self.n_layer {
-            for part in BLOCK_TENSORS {
-                names.push(format!("transformer.h.{i}.{part}"));
-            }
-        }
-        names.extend(["transformer.ln_f.weight".to_string(), "transformer.ln_f.bias".into()]);
-        names
+        tensor_names(self.n_layer)
     }
 
     /// The shape of every tensor of [`GptConfig::tensor_names`], in the same order.
@@ -202,6 +198,19 @@ impl GptConfig {
         shapes.extend([vec![d], vec![d]]);
         shapes
     }
+}
+
+/// The GPT-2 names of the tensors of a model of `blocks` blocks, in order.
+pub(super) fn tensor_names(blocks: usize) -> Vec<String> {
+    let mut names =
+        vec!["transformer.wte.weight".to_string(), "transformer.wpe.weight".into()];
+    for i in 0..blocks {
+        for part in BLOCK_TENSORS {
+            names.push(format!("transformer.h.{i}.{part}"));
+        }
+    }
+    names.extend(["transformer.ln_f.weight".to_string(), "transformer.ln_f.bias".into()]);
+    names
 }
 
 /// The tensors of one block, after its prefix `transformer.h.{i}.`, in GPT-2's names.

@@ -75,7 +75,10 @@ impl CharVocab {
     /// ```
     pub fn from_chars(chars: Vec<char>) -> Result<Self> {
         if chars.is_empty() {
-            return Err(AttentionError::Empty { what: "vocabulary".into(), dim: "characters" });
+            return Err(AttentionError::Empty {
+                what: "vocabulary".into(),
+                dim: "characters",
+            });
         }
         if let Some(w) = chars.windows(2).find(|w| w[0] >= w[1]) {
             return Err(AttentionError::Invalid {
@@ -138,7 +141,11 @@ pub fn batch<R: Rng + ?Sized>(
     if ids.len() < t + 1 {
         return Err(AttentionError::Invalid {
             what: "corpus".into(),
-            problem: format!("{} tokens, fewer than one window of {} and its target", ids.len(), t + 1),
+            problem: format!(
+                "{} tokens, fewer than one window of {} and its target",
+                ids.len(),
+                t + 1
+            ),
         });
     }
     let mut inputs = Array2::zeros((batch, t));

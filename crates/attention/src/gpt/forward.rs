@@ -90,7 +90,11 @@ impl<A: Float> Gpt<A> {
     /// let fast = gpt.logits_with(&Fast, &tokens.view()).unwrap();
     /// assert!((exact - fast).iter().all(|d| d.abs() < 1e-5));
     /// ```
-    pub fn logits_with<K: Kernels<A>>(&self, k: &K, tokens: &ArrayView2<usize>) -> Result<Array3<A>> {
+    pub fn logits_with<K: Kernels<A>>(
+        &self,
+        k: &K,
+        tokens: &ArrayView2<usize>,
+    ) -> Result<Array3<A>> {
         let (logits, _) = self.forward_tape(k, tokens)?;
         let (b, t) = tokens.dim();
         Ok(logits.into_shape_with_order((b, t, self.config.vocab_size)).expect("B·T rows"))
@@ -110,7 +114,11 @@ impl<A: Float> Gpt<A> {
     /// let loss = gpt.loss(&array![[0, 1, 2]].view(), &array![[1, 2, 3]].view()).unwrap();
     /// assert!((loss - 5f64.ln()).abs() < 0.1, "{loss}");
     /// ```
-    pub fn loss(&self, tokens: &ArrayView2<usize>, targets: &ArrayView2<usize>) -> Result<f64> {
+    pub fn loss(
+        &self,
+        tokens: &ArrayView2<usize>,
+        targets: &ArrayView2<usize>,
+    ) -> Result<f64> {
         self.loss_with(&Exact, tokens, targets)
     }
 
@@ -244,10 +252,15 @@ impl<A: Float> Gpt<A> {
         if t > c.block_size {
             return Err(AttentionError::Invalid {
                 what: "tokens".into(),
-                problem: format!("{t} positions, but the model knows {} (block_size)", c.block_size),
+                problem: format!(
+                    "{t} positions, but the model knows {} (block_size)",
+                    c.block_size
+                ),
             });
         }
-        if let Some(((b, i), &bad)) = tokens.indexed_iter().find(|&(_, &id)| id >= c.vocab_size) {
+        if let Some(((b, i), &bad)) =
+            tokens.indexed_iter().find(|&(_, &id)| id >= c.vocab_size)
+        {
             return Err(AttentionError::Invalid {
                 what: "tokens".into(),
                 problem: format!(
@@ -261,7 +274,10 @@ impl<A: Float> Gpt<A> {
 }
 
 /// The targets as one list, row-major, after checking that they are as many as the tokens.
-fn check_targets(tokens: &ArrayView2<usize>, targets: &ArrayView2<usize>) -> Result<Vec<usize>> {
+fn check_targets(
+    tokens: &ArrayView2<usize>,
+    targets: &ArrayView2<usize>,
+) -> Result<Vec<usize>> {
     if tokens.dim() != targets.dim() {
         return Err(AttentionError::shape(
             "targets",
@@ -306,7 +322,8 @@ fn block_backward<A: Float, K: Kernels<A>>(
     grads: &mut Block<A>,
 ) -> Result<Array2<A>> {
     // x2 = x1 + mlp_proj(g): the residual passes grad_x2 to x1 unchanged
-    let (grad_g, mlp_proj) = k.linear_backward(&tape.g.view(), &block.mlp_proj, &grad_x2.view());
+    let (grad_g, mlp_proj) =
+        k.linear_backward(&tape.g.view(), &block.mlp_proj, &grad_x2.view());
     let grad_u = k.gelu_backward(&tape.u.view(), &grad_g.view());
     let (grad_h2, c_fc) = k.linear_backward(&tape.h2.view(), &block.c_fc, &grad_u.view());
     let (grad_ln2, gamma, beta) =
@@ -314,13 +331,17 @@ fn block_backward<A: Float, K: Kernels<A>>(
     grads.ln_2 = Norm { gamma, beta };
     let grad_x1 = grad_x2 + &grad_ln2;
     // x1 = x + attn_proj(y): the residual passes grad_x1 to x unchanged
-    let (grad_y, attn_proj) = k.linear_backward(&tape.y.view(), &block.attn_proj, &grad_x1.view());
-    let grad_qkv = k.causal_attention_backward(&tape.qkv.view(), &tape.weights, &grad_y.view())?;
-    let (grad_h1, c_attn) = k.linear_backward(&tape.h1.view(), &block.c_attn, &grad_qkv.view());
+    let (grad_y, attn_proj) =
+        k.linear_backward(&tape.y.view(), &block.attn_proj, &grad_x1.view());
+    let grad_qkv =
+        k.causal_attention_backward(&tape.qkv.view(), &tape.weights, &grad_y.view())?;
+    let (grad_h1, c_attn) =
+        k.linear_backward(&tape.h1.view(), &block.c_attn, &grad_qkv.view());
     let (grad_ln1, gamma, beta) =
         k.layer_norm_backward(&tape.x.view(), &block.ln_1, eps, &grad_h1.view());
     grads.ln_1 = Norm { gamma, beta };
-    (grads.c_attn, grads.attn_proj, grads.c_fc, grads.mlp_proj) = (c_attn, attn_proj, c_fc, mlp_proj);
+    (grads.c_attn, grads.attn_proj, grads.c_fc, grads.mlp_proj) =
+        (c_attn, attn_proj, c_fc, mlp_proj);
     Ok(grad_x1 + &grad_ln1)
 }
 // ANCHOR_END: block_backward

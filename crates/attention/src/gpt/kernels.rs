@@ -13,7 +13,7 @@
 //!   [`exp_f32`](crate::kernel::exp_f32), chapter 8's exponential. Fast, and accurate to
 //!   `f32`'s rounding, but its last bits depend on the processor.
 //!
-//! Anchors (below the doc comments): `kernels`, `fast_gelu`.
+//! Anchors (below the doc comments): `kernels`, `linear`, `linear_backward`, `fast_gelu`.
 
 use ndarray::{Array1, Array2, Array4, ArrayView2, ArrayViewMut2, linalg::general_mat_mul, s};
 
@@ -68,17 +68,44 @@ pub trait Kernels<A: Float>: Sync {
         grad_y: &ArrayView2<A>,
     ) -> Result<Array2<A>>;
     /// Mean cross-entropy of `logits: (N, V)` against `targets`, and its gradient.
-    fn cross_entropy(&self, logits: &ArrayView2<A>, targets: &[usize]) -> Result<(f64, Array2<A>)>;
+    fn cross_entropy(
+        &self,
+        logits: &ArrayView2<A>,
+        targets: &[usize],
+    ) -> Result<(f64, Array2<A>)>;
 
     /// `x · W + b`.
+    ///
+    /// ```
+    /// use attention::gpt::{kernels::{Exact, Kernels}, weights::Dense};
+    /// use ndarray::array;
+    ///
+    /// let dense = Dense { w: array![[1.0, 2.0], [3.0, 4.0]], b: array![0.5, 0.0] };
+    /// assert_eq!(Exact.linear(&array![[1.0, 1.0]].view(), &dense), array![[4.5, 6.0]]);
+    /// ```
+    // ANCHOR: linear
     fn linear(&self, x: &ArrayView2<A>, dense: &Dense<A>) -> Array2<A> {
         let mut y = self.matmul(x, &dense.w.view());
-        y.zip_mut_with(&dense.b, |y, &b| *y = *y + b);
+        y.zip_mut_with(&dense.b, |y, &b| *y = *y + b); // the same shift on every row
         y
     }
+    // ANCHOR_END: linear
 
     /// The gradients of `x · W + b`: `grad_x = grad_y · Wᵀ`, `grad_w = xᵀ · grad_y`,
     /// `grad_b` = column sums of `grad_y`.
+    ///
+    /// ```
+    /// use attention::gpt::{kernels::{Exact, Kernels}, weights::Dense};
+    /// use ndarray::array;
+    ///
+    /// let dense = Dense { w: array![[1.0, 2.0], [3.0, 4.0]], b: array![0.0, 0.0] };
+    /// let (x, grad_y) = (array![[1.0, -1.0]], array![[1.0, 0.0]]);
+    /// let (gx, g) = Exact.linear_backward(&x.view(), &dense, &grad_y.view());
+    /// assert_eq!(gx, array![[1.0, 3.0]]); // row 0 of W
+    /// assert_eq!(g.w, array![[1.0, 0.0], [-1.0, 0.0]]);
+    /// assert_eq!(g.b, array![1.0, 0.0]);
+    /// ```
+    // ANCHOR: linear_backward
     fn linear_backward(
         &self,
         x: &ArrayView2<A>,
@@ -89,6 +116,7 @@ pub trait Kernels<A: Float>: Sync {
         let grad_w = self.matmul(&x.t(), grad_y);
         (grad_x, Dense { w: grad_w, b: ops::column_sums(grad_y) })
     }
+    // ANCHOR_END: linear_backward
 }
 // ANCHOR_END: kernels
 
@@ -143,7 +171,11 @@ impl<A: Float> Kernels<A> for Exact {
     ) -> Result<Array2<A>> {
         ops::causal_attention_backward(qkv, weights, grad_y)
     }
-    fn cross_entropy(&self, logits: &ArrayView2<A>, targets: &[usize]) -> Result<(f64, Array2<A>)> {
+    fn cross_entropy(
+        &self,
+        logits: &ArrayView2<A>,
+        targets: &[usize],
+    ) -> Result<(f64, Array2<A>)> {
         ops::cross_entropy(logits, targets)
     }
 }
@@ -265,9 +297,15 @@ impl Kernels<f32> for Fast {
         unsafe { c.assume_init() }
     }
 
-    fn layer_norm(&self, x: &ArrayView2<f32>, norm: &Norm<f32>, eps: f64) -> Result<Array2<f32>> {
+    fn layer_norm(
+        &self,
+        x: &ArrayView2<f32>,
+        norm: &Norm<f32>,
+        eps: f64,
+    ) -> Result<Array2<f32>> {
         let mut y = x.to_owned();
-        let (gamma, beta) = (norm.gamma.as_slice().expect("1-D"), norm.beta.as_slice().expect("1-D"));
+        let (gamma, beta) =
+            (norm.gamma.as_slice().expect("1-D"), norm.beta.as_slice().expect("1-D"));
         for mut row in y.rows_mut() {
             let row = row.as_slice_mut().expect("row-major");
             let (mean, inv_std) = row_stats(row, eps);
@@ -291,8 +329,10 @@ impl Kernels<f32> for Fast {
         let (mut grad_gamma, mut grad_beta) = (vec![0.0f32; d], vec![0.0f32; d]);
         let mut x_hat = vec![0.0f32; d];
         let mut g = vec![0.0f32; d];
-        for ((x, gy), mut gx) in x.rows().into_iter().zip(grad_y.rows()).zip(grad_x.rows_mut()) {
-            let (x, gy) = (x.to_slice().expect("row-major"), gy.to_slice().expect("row-major"));
+        for ((x, gy), mut gx) in x.rows().into_iter().zip(grad_y.rows()).zip(grad_x.rows_mut())
+        {
+            let (x, gy) =
+                (x.to_slice().expect("row-major"), gy.to_slice().expect("row-major"));
             let (mean, inv_std) = row_stats(x, eps);
             let (mut sum_g, mut sum_g_xhat) = (0.0f32, 0.0f32);
             for j in 0..d {
@@ -321,7 +361,10 @@ impl Kernels<f32> for Fast {
     fn gelu_backward(&self, u: &ArrayView2<f32>, grad_g: &ArrayView2<f32>) -> Array2<f32> {
         let u = u.as_standard_layout();
         let mut grad_u = grad_g.as_standard_layout().into_owned();
-        gelu_backward_slice(u.as_slice().expect("row-major"), grad_u.as_slice_mut().expect("row-major"));
+        gelu_backward_slice(
+            u.as_slice().expect("row-major"),
+            grad_u.as_slice_mut().expect("row-major"),
+        );
         grad_u
     }
 
@@ -375,7 +418,8 @@ impl Kernels<f32> for Fast {
                 let p = weights.slice(s![b, h, .., ..]);
                 let grad_o = grad_y.slice(s![rows.clone(), c..c + d_head]);
                 // dV = Pᵀ·dO
-                let grad_v = grad_qkv.slice_mut(s![rows.clone(), 2 * d + c..2 * d + c + d_head]);
+                let grad_v =
+                    grad_qkv.slice_mut(s![rows.clone(), 2 * d + c..2 * d + c + d_head]);
                 gemm_into(1.0, &p.t(), &grad_o, grad_v);
                 // dP = dO·Vᵀ, then dS = P ∘ (dP − rowsum(dP ∘ P))
                 general_mat_mul(1.0, &grad_o, &v.t(), 0.0, &mut grad_s);
@@ -391,7 +435,11 @@ impl Kernels<f32> for Fast {
         Ok(unsafe { grad_qkv.assume_init() })
     }
 
-    fn cross_entropy(&self, logits: &ArrayView2<f32>, targets: &[usize]) -> Result<(f64, Array2<f32>)> {
+    fn cross_entropy(
+        &self,
+        logits: &ArrayView2<f32>,
+        targets: &[usize],
+    ) -> Result<(f64, Array2<f32>)> {
         // The same checks and formula as the exact path, with f32 exponentials.
         let (n, vocab) = logits.dim();
         if targets.len() != n || targets.iter().any(|&t| t >= vocab) {
@@ -426,17 +474,30 @@ fn gemm_into(
     mut c: ArrayViewMut2<std::mem::MaybeUninit<f32>>,
 ) {
     let ((m, k), (k2, n)) = (a.dim(), b.dim());
-    assert!(k == k2 && c.dim() == (m, n), "gemm_into: ({m}, {k})·({k2}, {n}) into {:?}", c.dim());
+    assert!(
+        k == k2 && c.dim() == (m, n),
+        "gemm_into: ({m}, {k})·({k2}, {n}) into {:?}",
+        c.dim()
+    );
     let (sa, sb, sc) = (a.strides(), b.strides(), c.strides().to_vec());
     // SAFETY: the three pointers and their strides describe the views' own elements, which the
     // views keep alive; with beta = 0, matrixmultiply writes every entry of c and reads none.
     unsafe {
         matrixmultiply::sgemm(
-            m, k, n, alpha,
-            a.as_ptr(), sa[0], sa[1],
-            b.as_ptr(), sb[0], sb[1],
+            m,
+            k,
+            n,
+            alpha,
+            a.as_ptr(),
+            sa[0],
+            sa[1],
+            b.as_ptr(),
+            sb[0],
+            sb[1],
             0.0,
-            c.as_mut_ptr().cast::<f32>(), sc[0], sc[1],
+            c.as_mut_ptr().cast::<f32>(),
+            sc[0],
+            sc[1],
         );
     }
 }
@@ -450,7 +511,11 @@ fn row_stats(row: &[f32], eps: f64) -> (f32, f32) {
 }
 
 /// `(T, d, d_head)` of `qkv: (B·T, 3d)`, or the exact path's error.
-fn attention_sizes(qkv: &ArrayView2<f32>, batch: usize, heads: usize) -> Result<(usize, usize, usize)> {
+fn attention_sizes(
+    qkv: &ArrayView2<f32>,
+    batch: usize,
+    heads: usize,
+) -> Result<(usize, usize, usize)> {
     let (rows, cols) = qkv.dim();
     if batch == 0 || heads == 0 || rows % batch != 0 || cols % (3 * heads) != 0 {
         return ops::causal_attention(qkv, batch, heads).map(|_| unreachable!("a bad shape"));

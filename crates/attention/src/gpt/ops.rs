@@ -4,7 +4,7 @@
 //! The forward passes of layer norm and GELU are chapter 13's
 //! ([`LayerNorm::apply`](crate::layer_norm::LayerNorm::apply), [`gelu`]); attention is
 //! chapter 11's ([`exact::sdpa`] with a causal mask, [`sdpa_backward`]). What is new here is
-//! the backward of layer norm, of GELU and of a linear map with a shift, the causal
+//! the backward of layer norm and of GELU, the causal
 //! attention of a whole batch laid out as GPT-2 lays it out (`Q`, `K`, `V` side by side in
 //! one `(B·T, 3d)` matrix), and cross-entropy over the vocabulary.
 //!
@@ -12,14 +12,14 @@
 //! ([`exact::matmul`]), `exp`, `ln` and `erf` from `libm`, sums left to right in `f64`; the
 //! same bits on every machine.
 //!
-//! Anchors (below the doc comments): `layer_norm_backward`, `gelu_backward`, `linear`,
-//! `linear_backward`, `causal_attention`, `cross_entropy`.
+//! Anchors (below the doc comments): `layer_norm_backward`, `gelu_backward`,
+//! `causal_attention`, `cross_entropy`.
 
 use ndarray::{Array1, Array2, Array4, ArrayView2, Axis, s};
 
-use super::weights::{Dense, Norm};
+use super::weights::Norm;
 use crate::error::{AttentionError, Result};
-use crate::exact::{self, transposed};
+use crate::exact;
 use crate::feed_forward::gelu;
 use crate::float::{Float, to_f64};
 use crate::grad::sdpa_backward;
@@ -82,7 +82,8 @@ pub fn layer_norm_backward<A: Float>(
         let var = x.iter().map(|&v| (to_f64(v) - mean).powi(2)).sum::<f64>() / d;
         let inv_std = 1.0 / (var + eps).sqrt();
         let x_hat: Vec<f64> = x.iter().map(|&v| (to_f64(v) - mean) * inv_std).collect();
-        let g: Vec<f64> = gy.iter().zip(&norm.gamma).map(|(&a, &b)| to_f64(a) * to_f64(b)).collect();
+        let g: Vec<f64> =
+            gy.iter().zip(&norm.gamma).map(|(&a, &b)| to_f64(a) * to_f64(b)).collect();
         let mean_g = g.iter().sum::<f64>() / d;
         let mean_g_xhat = g.iter().zip(&x_hat).map(|(a, b)| a * b).sum::<f64>() / d;
         for (j, out) in gx.iter_mut().enumerate() {
@@ -144,51 +145,6 @@ pub fn gelu_backward<A: Float>(u: &ArrayView2<A>, grad_g: &ArrayView2<A>) -> Arr
     grad_u
 }
 // ANCHOR_END: gelu_backward
-
-/// A linear map with a shift, `x · W + b`, for `x: (N, d_in)`: products by
-/// [`exact::matmul`].
-///
-/// ```
-/// use attention::gpt::{ops::linear, weights::Dense};
-/// use ndarray::array;
-///
-/// let dense = Dense { w: array![[1.0, 2.0], [3.0, 4.0]], b: array![0.5, 0.0] };
-/// assert_eq!(linear(&array![[1.0, 1.0]].view(), &dense), array![[4.5, 6.0]]);
-/// ```
-// ANCHOR: linear
-pub fn linear<A: Float>(x: &ArrayView2<A>, dense: &Dense<A>) -> Array2<A> {
-    let mut y = exact::matmul(x, &dense.w).expect("x has d_in columns");
-    y.zip_mut_with(&dense.b, |y, &b| *y = *y + b); // the same shift on every row
-    y
-}
-// ANCHOR_END: linear
-
-/// The gradients of `y = x · W + b` from `grad_y: (N, d_out)`: `grad_x = grad_y · Wᵀ`,
-/// `grad_w = xᵀ · grad_y`, `grad_b` = the column sums of `grad_y`. Returns them in that
-/// order, as `(grad_x, Dense { w: grad_w, b: grad_b })`.
-///
-/// ```
-/// use attention::gpt::{ops::linear_backward, weights::Dense};
-/// use ndarray::array;
-///
-/// let dense = Dense { w: array![[1.0, 2.0], [3.0, 4.0]], b: array![0.0, 0.0] };
-/// let (gx, g) = linear_backward(&array![[1.0, -1.0]].view(), &dense, &array![[1.0, 0.0]].view());
-/// assert_eq!(gx, array![[1.0, 3.0]]); // row 0 of W
-/// assert_eq!(g.w, array![[1.0, 0.0], [-1.0, 0.0]]);
-/// assert_eq!(g.b, array![1.0, 0.0]);
-/// ```
-// ANCHOR: linear_backward
-pub fn linear_backward<A: Float>(
-    x: &ArrayView2<A>,
-    dense: &Dense<A>,
-    grad_y: &ArrayView2<A>,
-) -> (Array2<A>, Dense<A>) {
-    let grad_x = exact::matmul(grad_y, &transposed(&dense.w)).expect("d_out columns");
-    let grad_w = exact::matmul(&transposed(x), grad_y).expect("N rows");
-    let grad_b = column_sums(grad_y);
-    (grad_x, Dense { w: grad_w, b: grad_b })
-}
-// ANCHOR_END: linear_backward
 
 /// The sum of each column of `a`, the rows added top to bottom.
 ///
@@ -264,16 +220,24 @@ pub fn causal_attention_backward<A: Float>(
     Ok(grad_qkv)
 }
 
+/// `Q`, `K`, `V`, each `(B, heads, T, d/heads)`, and `T`.
+type QkvHeads<A> = (Array4<A>, Array4<A>, Array4<A>, usize);
+
 /// `qkv: (B·T, 3d)` → `Q`, `K`, `V`, each `(B, heads, T, d/heads)`, and `T`.
 fn split_qkv<A: Float>(
     qkv: &ArrayView2<A>,
     batch: usize,
     heads: usize,
-) -> Result<(Array4<A>, Array4<A>, Array4<A>, usize)> {
+) -> Result<QkvHeads<A>> {
     let (rows, cols) = qkv.dim();
     if batch == 0 || heads == 0 || rows % batch != 0 || cols % (3 * heads) != 0 {
-        let what = format!("a shape (B·T, 3·d) with B = {batch} and d a multiple of {heads} heads");
-        return Err(AttentionError::shape("qkv", qkv.shape(), &format!("{what} was expected")));
+        let what =
+            format!("a shape (B·T, 3·d) with B = {batch} and d a multiple of {heads} heads");
+        return Err(AttentionError::shape(
+            "qkv",
+            qkv.shape(),
+            &format!("{what} was expected"),
+        ));
     }
     let (t, d) = (rows / batch, cols / 3);
     let part = |i: usize| split(&qkv.slice(s![.., i * d..(i + 1) * d]), batch, t, heads);
@@ -313,7 +277,10 @@ fn merge<A: Float>(x: &Array4<A>) -> Array2<A> {
 /// );
 /// ```
 // ANCHOR: cross_entropy
-pub fn cross_entropy<A: Float>(logits: &ArrayView2<A>, targets: &[usize]) -> Result<(f64, Array2<A>)> {
+pub fn cross_entropy<A: Float>(
+    logits: &ArrayView2<A>,
+    targets: &[usize],
+) -> Result<(f64, Array2<A>)> {
     let (n, vocab) = logits.dim();
     if targets.len() != n {
         return Err(AttentionError::mismatch("logits", n, "targets", targets.len(), "N"));
@@ -324,7 +291,9 @@ pub fn cross_entropy<A: Float>(logits: &ArrayView2<A>, targets: &[usize]) -> Res
         if target >= vocab {
             return Err(AttentionError::Invalid {
                 what: "target".into(),
-                problem: format!("token {target} at row {i} is outside the vocabulary of {vocab}"),
+                problem: format!(
+                    "token {target} at row {i} is outside the vocabulary of {vocab}"
+                ),
             });
         }
         let max = z.iter().map(|&v| to_f64(v)).fold(f64::NEG_INFINITY, f64::max);

@@ -118,7 +118,12 @@ impl<A: Float> AdamW<A> {
     /// assert_eq!(resumed.steps(), 7);
     /// assert!(AdamW::resume(&gpt, 7, vec![], vec![]).is_err());
     /// ```
-    pub fn resume(gpt: &Gpt<A>, steps: usize, m: Vec<ArrayD<A>>, v: Vec<ArrayD<A>>) -> Result<Self> {
+    pub fn resume(
+        gpt: &Gpt<A>,
+        steps: usize,
+        m: Vec<ArrayD<A>>,
+        v: Vec<ArrayD<A>>,
+    ) -> Result<Self> {
         let mut adamw = Self::nanogpt(gpt);
         let fits = |moments: &[ArrayD<A>]| {
             moments.len() == adamw.m.len()
@@ -149,7 +154,8 @@ impl<A: Float> AdamW<A> {
         if gpt.config != grads.config || self.m.len() != gpt.tensors().len() {
             return Err(AttentionError::Invalid {
                 what: "AdamW step".into(),
-                problem: "the model, its gradient and the optimiser have different shapes".into(),
+                problem: "the model, its gradient and the optimiser have different shapes"
+                    .into(),
             });
         }
         self.steps += 1;
@@ -157,7 +163,8 @@ impl<A: Float> AdamW<A> {
         let step_size = lr / (1.0 - self.beta1.powi(t));
         let sqrt_correction2 = (1.0 - self.beta2.powi(t)).sqrt();
         let (b1, b2, eps) = (self.beta1, self.beta2, self.eps);
-        let trained: Vec<bool> = gpt.tensors().iter().map(|(n, _)| gpt.is_trained(n)).collect();
+        let trained: Vec<bool> =
+            gpt.tensors().iter().map(|(n, _)| gpt.is_trained(n)).collect();
         let grads = grads.tensors();
         for (i, (_, mut theta)) in gpt.tensors_mut().into_iter().enumerate() {
             if !trained[i] {
@@ -165,7 +172,9 @@ impl<A: Float> AdamW<A> {
             }
             let decay = if theta.ndim() == 2 { 1.0 - lr * self.weight_decay } else { 1.0 };
             let (m, v, g) = (&mut self.m[i], &mut self.v[i], &grads[i].1);
-            for (((p, m), v), &g) in theta.iter_mut().zip(m.iter_mut()).zip(v.iter_mut()).zip(g) {
+            for (((p, m), v), &g) in
+                theta.iter_mut().zip(m.iter_mut()).zip(v.iter_mut()).zip(g)
+            {
                 let g = to_f64(g);
                 let new_m = to_f64(*m) + (1.0 - b1) * (g - to_f64(*m));
                 let new_v = b2 * to_f64(*v) + (1.0 - b2) * g * g;
@@ -223,7 +232,8 @@ pub fn learning_rate(step: usize, warmup: usize, total: usize, max: f64, min: f6
 /// ```
 // ANCHOR: clip
 pub fn clip_global_norm<A: Float>(grads: &mut Gpt<A>, max_norm: f64) -> f64 {
-    let trained: Vec<bool> = grads.tensors().iter().map(|(n, _)| grads.is_trained(n)).collect();
+    let trained: Vec<bool> =
+        grads.tensors().iter().map(|(n, _)| grads.is_trained(n)).collect();
     let mut sum_sq = 0.0;
     for ((_, g), &on) in grads.tensors().iter().zip(&trained) {
         if on {

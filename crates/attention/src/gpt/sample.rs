@@ -31,7 +31,11 @@ use crate::float::{Float, to_f64};
 /// assert!(draw(&[0.0_f32], 0.0, &mut rng).is_err());
 /// ```
 // ANCHOR: draw
-pub fn draw<A: Float, R: Rng + ?Sized>(logits: &[A], temperature: f64, rng: &mut R) -> Result<usize> {
+pub fn draw<A: Float, R: Rng + ?Sized>(
+    logits: &[A],
+    temperature: f64,
+    rng: &mut R,
+) -> Result<usize> {
     if !(temperature > 0.0 && temperature.is_finite()) || logits.is_empty() {
         return Err(AttentionError::Invalid {
             what: "temperature".into(),
@@ -84,8 +88,11 @@ pub fn sample<A: Float, K: Kernels<A>, R: Rng + ?Sized>(
     let mut context = prompt.to_vec();
     for _ in 0..n {
         let start = context.len().saturating_sub(gpt.config.block_size);
-        let window = ndarray::Array2::from_shape_vec((1, context.len() - start), context[start..].to_vec())
-            .expect("one row");
+        let window = ndarray::Array2::from_shape_vec(
+            (1, context.len() - start),
+            context[start..].to_vec(),
+        )
+        .expect("one row");
         let logits = gpt.logits_with(k, &window.view())?; // (1, t, V)
         let last = logits.slice(ndarray::s![0, -1, ..]).to_vec();
         context.push(draw(&last, temperature, rng)?);

@@ -7,7 +7,8 @@
 //! machine. The split is fixed, not chosen by the number of cores, so a run gives the same
 //! numbers however many threads it gets.
 //!
-//! Anchors (below the doc comments): `train_config`, `parallel_grads`, `train_step`.
+//! Anchors (below the doc comments): `train_config`, `parallel_grads`, `train_step`,
+//! `evaluate`.
 
 use ndarray::{ArrayView2, Axis};
 use rayon::prelude::*;
@@ -110,12 +111,12 @@ pub fn parallel_grads<A: Float, K: Kernels<A>>(
         });
     }
     let size = batch.div_ceil(parts);
-    let chunks: Vec<_> =
-        tokens.axis_chunks_iter(Axis(0), size).zip(targets.axis_chunks_iter(Axis(0), size)).collect();
-    let results: Vec<Result<(f64, Gpt<A>)>> = chunks
-        .par_iter()
-        .map(|(x, y)| gpt.loss_and_grads_with(k, x, y))
+    let chunks: Vec<_> = tokens
+        .axis_chunks_iter(Axis(0), size)
+        .zip(targets.axis_chunks_iter(Axis(0), size))
         .collect();
+    let results: Vec<Result<(f64, Gpt<A>)>> =
+        chunks.par_iter().map(|(x, y)| gpt.loss_and_grads_with(k, x, y)).collect();
     let mut total = Gpt::zeros(gpt.config);
     let mut loss = 0.0;
     for ((x, _), result) in chunks.iter().zip(results) {
@@ -123,7 +124,9 @@ pub fn parallel_grads<A: Float, K: Kernels<A>>(
         let share = x.nrows() as f64 / batch as f64; // each part's loss is a mean over its tokens
         loss += share * part_loss;
         for ((_, mut sum), (_, g)) in total.tensors_mut().into_iter().zip(grads.tensors()) {
-            sum.zip_mut_with(&g, |s, &g| *s = A::from_f64_lossy(to_f64(*s) + share * to_f64(g)));
+            sum.zip_mut_with(&g, |s, &g| {
+                *s = A::from_f64_lossy(to_f64(*s) + share * to_f64(g))
+            });
         }
     }
     Ok((loss, total))
@@ -131,6 +134,13 @@ pub fn parallel_grads<A: Float, K: Kernels<A>>(
 // ANCHOR_END: parallel_grads
 
 /// What a training step reports.
+///
+/// ```
+/// use attention::gpt::train::StepReport;
+///
+/// let r = StepReport { loss: 2.5, grad_norm: 1.2, lr: 1e-3 };
+/// assert!(r.grad_norm > 1.0); // this step's gradient was clipped
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct StepReport {
     /// The batch's mean loss, before the step.
@@ -196,7 +206,12 @@ pub fn train_step<A: Float, K: Kernels<A>>(
 /// assert!(evaluate(&gpt, &Exact, &ids[..1], 2).is_err());
 /// ```
 // ANCHOR: evaluate
-pub fn evaluate<A: Float, K: Kernels<A>>(gpt: &Gpt<A>, k: &K, ids: &[usize], batch: usize) -> Result<f64> {
+pub fn evaluate<A: Float, K: Kernels<A>>(
+    gpt: &Gpt<A>,
+    k: &K,
+    ids: &[usize],
+    batch: usize,
+) -> Result<f64> {
     if ids.len() < 2 || batch == 0 {
         return Err(AttentionError::Invalid {
             what: "evaluation text".into(),
@@ -209,14 +224,17 @@ pub fn evaluate<A: Float, K: Kernels<A>>(gpt: &Gpt<A>, k: &K, ids: &[usize], bat
     // side by side on the cores and added in order
     let groups: Vec<&[usize]> = starts
         .chunks(batch)
-        .flat_map(|g| g.chunk_by(|&a, &b| (ids.len() - 1 - a).min(t) == (ids.len() - 1 - b).min(t)))
+        .flat_map(|g| {
+            g.chunk_by(|&a, &b| (ids.len() - 1 - a).min(t) == (ids.len() - 1 - b).min(t))
+        })
         .collect();
     let sums: Vec<Result<f64>> = groups
         .par_iter()
         .map(|same| {
             let n = (ids.len() - 1 - same[0]).min(t);
             let x = ndarray::Array2::from_shape_fn((same.len(), n), |(b, i)| ids[same[b] + i]);
-            let y = ndarray::Array2::from_shape_fn((same.len(), n), |(b, i)| ids[same[b] + i + 1]);
+            let y =
+                ndarray::Array2::from_shape_fn((same.len(), n), |(b, i)| ids[same[b] + i + 1]);
             Ok(gpt.loss_with(k, &x.view(), &y.view())? * (same.len() * n) as f64)
         })
         .collect();

@@ -11,11 +11,19 @@ use ndarray::{Array1, Array2, ArrayViewD, ArrayViewMutD};
 use rand::Rng;
 use rand_distr::{Distribution, Normal};
 
-use super::config::GptConfig;
+use super::config::{GptConfig, tensor_names};
 use crate::error::Result;
 use crate::float::Float;
 
 /// A linear map `X · W + b`: `w: (d_in, d_out)`, `b: (d_out)`.
+///
+/// ```
+/// use attention::gpt::{kernels::{Exact, Kernels}, weights::Dense};
+/// use ndarray::array;
+///
+/// let dense = Dense { w: array![[1.0, 0.0, 2.0]], b: array![0.0, 1.0, 0.0] }; // (1, 3)
+/// assert_eq!(Exact.linear(&array![[3.0]].view(), &dense), array![[3.0, 1.0, 6.0]]);
+/// ```
 #[derive(Debug, Clone, PartialEq)]
 pub struct Dense<A> {
     /// `(d_in, d_out)`.
@@ -25,6 +33,15 @@ pub struct Dense<A> {
 }
 
 /// A layer norm's gain `γ` and shift `β`, both `(d_model)`.
+///
+/// ```
+/// use attention::gpt::{ops::layer_norm, weights::Norm};
+/// use ndarray::array;
+///
+/// let norm = Norm { gamma: array![2.0, 2.0], beta: array![1.0, 1.0] };
+/// let y = layer_norm(&array![[0.0, 4.0]].view(), &norm, 1e-12).unwrap();
+/// assert!((y[[0, 0]] + 1.0_f64).abs() < 1e-9 && (y[[0, 1]] - 3.0).abs() < 1e-9); // ±1 · 2 + 1
+/// ```
 #[derive(Debug, Clone, PartialEq)]
 pub struct Norm<A> {
     /// `γ`, the gain.
@@ -34,6 +51,14 @@ pub struct Norm<A> {
 }
 
 /// One pre-LN decoder block: `x + attn(ln_1(x))`, then `x + mlp(ln_2(x))`.
+///
+/// ```
+/// use attention::gpt::{config::GptConfig, weights::Gpt};
+///
+/// let gpt = Gpt::<f32>::zeros(GptConfig::shakespeare(65));
+/// let block = &gpt.blocks[0];
+/// assert_eq!((block.c_attn.w.dim(), block.mlp_proj.w.dim()), ((128, 384), (512, 128)));
+/// ```
 #[derive(Debug, Clone, PartialEq)]
 // ANCHOR: gpt_weights
 pub struct Block<A> {
@@ -52,6 +77,13 @@ pub struct Block<A> {
 }
 
 /// GPT-2's decoder: embeddings, blocks, a final layer norm; the LM head is `wteᵀ`.
+///
+/// ```
+/// use attention::gpt::{config::GptConfig, weights::Gpt};
+///
+/// let gpt = Gpt::<f32>::zeros(GptConfig::shakespeare(71));
+/// assert_eq!((gpt.wte.dim(), gpt.wpe.dim(), gpt.blocks.len()), ((71, 128), (64, 128), 4));
+/// ```
 #[derive(Debug, Clone, PartialEq)]
 pub struct Gpt<A> {
     /// The sizes.
@@ -126,7 +158,8 @@ impl<A: Float> Gpt<A> {
     /// ```
     pub fn zeros(config: GptConfig) -> Self {
         let (v, t, d) = (config.vocab_size, config.block_size, config.n_embd);
-        let dense = |i: usize, o: usize| Dense { w: Array2::zeros((i, o)), b: Array1::zeros(o) };
+        let dense =
+            |i: usize, o: usize| Dense { w: Array2::zeros((i, o)), b: Array1::zeros(o) };
         let norm = || Norm { gamma: Array1::zeros(d), beta: Array1::zeros(d) };
         let blocks = (0..config.n_layer)
             .map(|_| Block {
@@ -180,7 +213,7 @@ impl<A: Float> Gpt<A> {
             ]);
         }
         out.extend([self.ln_f.gamma.view().into_dyn(), self.ln_f.beta.view().into_dyn()]);
-        self.config.tensor_names().into_iter().zip(out).collect()
+        tensor_names(self.blocks.len()).into_iter().zip(out).collect() // the blocks there are
     }
 
     /// The tensors of [`Gpt::tensors`], mutable, in the same order and with the same names.
@@ -195,7 +228,7 @@ impl<A: Float> Gpt<A> {
     /// assert_eq!(gpt.blocks[0].mlp_proj.b[0], 1.0);
     /// ```
     pub fn tensors_mut(&mut self) -> Vec<(String, ArrayViewMutD<'_, A>)> {
-        let names = self.config.tensor_names();
+        let names = tensor_names(self.blocks.len());
         let mut out = vec![self.wte.view_mut().into_dyn(), self.wpe.view_mut().into_dyn()];
         for b in &mut self.blocks {
             out.extend([
@@ -213,7 +246,10 @@ impl<A: Float> Gpt<A> {
                 b.mlp_proj.b.view_mut().into_dyn(),
             ]);
         }
-        out.extend([self.ln_f.gamma.view_mut().into_dyn(), self.ln_f.beta.view_mut().into_dyn()]);
+        out.extend([
+            self.ln_f.gamma.view_mut().into_dyn(),
+            self.ln_f.beta.view_mut().into_dyn(),
+        ]);
         names.into_iter().zip(out).collect()
     }
 

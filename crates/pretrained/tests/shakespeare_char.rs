@@ -1,0 +1,109 @@
+//! Chapter 15's committed model (`model/shakespeare-char/`, the documented run of the `train`
+//! tool): transformers computes the same logits from it as the crate; its validation loss is
+//! the one its training log recorded; and what it writes on the exact path is the same text on
+//! every machine.
+
+use attention::gpt::data::CharVocab;
+use attention::gpt::kernels::{Exact, Fast};
+use attention::gpt::sample::sample;
+use attention::gpt::train::evaluate;
+use ndarray::{Array2, ArrayD, IxDyn};
+use pretrained::{gpt2, shakespeare_dir};
+use rand::{SeedableRng, rngs::StdRng};
+use safetensors::{Dtype, SafeTensors};
+
+/// The corpus's ids and the index where its validation text (the last 10 %) begins.
+fn corpus(vocab: &CharVocab) -> (Vec<usize>, usize) {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../data/shakespeare/input.txt");
+    let text = std::fs::read_to_string(path).unwrap();
+    let ids = vocab.encode(&text).unwrap();
+    let split = ids.len() * 9 / 10;
+    (ids, split)
+}
+
+fn tensor(file: &SafeTensors, name: &str) -> (Dtype, Vec<usize>, Vec<u8>) {
+    let view = file.tensor(name).unwrap();
+    (view.dtype(), view.shape().to_vec(), view.data().to_vec())
+}
+
+/// transformers' `GPT2LMHeadModel.from_pretrained` on the committed folder, in float64
+/// (`tools/make_gpt_fixtures.py`), against the crate's exact path in `f64` from the same
+/// stored `f32` weights: they differ by the order of their sums only. Measured: 2.2e-14 on
+/// logits up to 10.3 (see the assertion's message with `-- --nocapture`).
+#[test]
+fn transformers_computes_the_same_logits() {
+    let (gpt, vocab) = gpt2::load(&shakespeare_dir()).unwrap();
+    assert_eq!(vocab.len(), 71);
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/shakespeare-char/logits.safetensors"
+    );
+    let bytes = std::fs::read(path).unwrap();
+    let file = SafeTensors::deserialize(&bytes).unwrap();
+    let (dtype, shape, data) = tensor(&file, "tokens");
+    assert_eq!((dtype, shape.as_slice()), (Dtype::I64, &[2, 64][..]));
+    let ids: Vec<usize> = data
+        .chunks_exact(8)
+        .map(|b| i64::from_le_bytes(b.try_into().unwrap()) as usize)
+        .collect();
+    let (ids_all, split) = corpus(&vocab);
+    assert_eq!(
+        ids,
+        ids_all[split..split + 128],
+        "the fixture's tokens open the validation text"
+    );
+    let tokens = Array2::from_shape_vec((2, 64), ids).unwrap();
+    let (dtype, shape, data) = tensor(&file, "logits");
+    assert_eq!(dtype, Dtype::F64);
+    let expected = ArrayD::from_shape_vec(
+        IxDyn(&shape),
+        data.chunks_exact(8).map(|b| f64::from_le_bytes(b.try_into().unwrap())).collect(),
+    )
+    .unwrap();
+    let wide = gpt.map(f64::from);
+    let logits = wide.logits_with(&Exact, &tokens.view()).unwrap().into_dyn();
+    let worst = (&logits - &expected).iter().fold(0.0f64, |m, d| m.max(d.abs()));
+    let largest = expected.iter().fold(0.0f64, |m, d| m.max(d.abs()));
+    println!("logits: largest difference {worst:.1e} on logits up to {largest:.1}");
+    assert!(worst < 1e-12, "{worst}");
+    // the wrong way round, Conv1D's weights read as nn.Linear's, is far off
+    let mut transposed = wide.clone();
+    let w = transposed.blocks[0].attn_proj.w.t().to_owned();
+    transposed.blocks[0].attn_proj.w = w;
+    let wrong = transposed.logits_with(&Exact, &tokens.view()).unwrap().into_dyn();
+    assert!((&wrong - &expected).iter().fold(0.0f64, |m, d| m.max(d.abs())) > 1e-3);
+}
+
+/// The validation loss over the whole validation text, on the fast path, is the one the
+/// training log recorded at step 2000 (to the last bits the processor changes).
+#[test]
+fn its_validation_loss_is_the_one_its_log_recorded() {
+    let (gpt, vocab) = gpt2::load(&shakespeare_dir()).unwrap();
+    let (ids, split) = corpus(&vocab);
+    let loss = evaluate(&gpt, &Fast, &ids[split..], 64).unwrap();
+    let log = std::fs::read_to_string(shakespeare_dir().join("log.csv")).unwrap();
+    let last = log.lines().last().unwrap();
+    let logged: f64 = last.split(',').nth(4).unwrap().parse().unwrap();
+    assert!(last.starts_with("2000,"), "{last}");
+    assert!((loss - logged).abs() < 1e-4, "{loss} against {logged}");
+    assert!(loss < 1.9, "{loss}");
+}
+
+/// On the exact path (sums in a fixed order, libm's exponential, ChaCha's random numbers),
+/// the seeded sample is the same characters on every machine: the book can quote it.
+#[test]
+fn it_writes_the_same_text_on_every_machine() {
+    let (gpt, vocab) = gpt2::load(&shakespeare_dir()).unwrap();
+    let prompt = vocab.encode("ROMEO:\n").unwrap();
+    let written =
+        sample(&gpt, &Exact, &prompt, 60, 1.0, &mut StdRng::seed_from_u64(0)).unwrap();
+    let text = vocab.decode(&written);
+    assert_eq!(text, EXPECTED_SAMPLE, "{text:?}");
+    // the fast path writes from the same distribution; its text may part from this one
+    // wherever the processor's rounding moves a draw across a boundary
+    let fast = sample(&gpt, &Fast, &prompt, 60, 1.0, &mut StdRng::seed_from_u64(0)).unwrap();
+    assert_eq!(fast.len(), 60);
+}
+
+/// What the exact path writes after "ROMEO:\n", seed 0, temperature 1.
+const EXPECTED_SAMPLE: &str = "That themoy by loved the loves you\nAnd sbeest in yous sreice";
