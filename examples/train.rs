@@ -10,13 +10,15 @@
 //! - The model and the run are nanoGPT's small CPU configuration (4 blocks of 4 heads,
 //!   `d_model = 128`, contexts of 64 characters, batches of 12, AdamW with warm-up and cosine
 //!   decay over `--steps`, gradients clipped at norm 1), trained by the `attention` crate's
-//!   fast `f32` path on every core.
+//!   fast `f32` path, each batch split in two halves computed side by side (two cores).
 //! - Every `--eval-every` steps and at the end, the validation loss (every position of the
 //!   validation text once) is printed and logged, and a checkpoint is saved in `--out`: the
 //!   model in Hugging Face's GPT-2 layout (`config.json`, `model.safetensors`, `vocab.json`,
 //!   readable by `transformers`), the optimizer's state (`optimizer.safetensors`) and the run
 //!   so far (`trainer_state.json`, `log.csv`). The checkpoint is written beside the folder and
 //!   swapped in whole, so a folder is always a complete checkpoint.
+//! - `--snapshot-at 200,500` also keeps the model after those steps, each in a folder beside
+//!   `--out` (`OUT-step-200`, ...), in the same GPT-2 layout.
 //! - `--resume DIR` continues the run saved in DIR (the same corpus, the same vocabulary) up
 //!   to `--steps`, saving into DIR unless `--out` names another folder; the steps it replays
 //!   draw the same batches, so a resumed run ends where an uninterrupted one would.
@@ -60,21 +62,28 @@ pub struct Cli {
     /// The text to learn (UTF-8); its last 10 % is the validation text.
     #[arg(long, value_name = "FILE", default_value = DEFAULT_CORPUS)]
     corpus: PathBuf,
-    /// Optimizer steps in all (the schedule's length); a resumed run goes on up to here.
-    #[arg(long, default_value_t = 2000, value_parser = clap::value_parser!(u32).range(1..))]
-    steps: u32,
+    /// Optimizer steps in all (the schedule's length) [default: 2000, or on --resume the
+    /// saved run's]; a resumed run goes on up to here.
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+    steps: Option<u32>,
     /// Where checkpoints go (created if needed); default: DIR of --resume, else target/ch15/run.
     #[arg(long, value_name = "DIR")]
     out: Option<PathBuf>,
     /// Continue the run saved in DIR.
     #[arg(long, value_name = "DIR")]
     resume: Option<PathBuf>,
-    /// Seeds the initial weights, the batches and the sample.
-    #[arg(long, default_value_t = 0)]
-    seed: u64,
+    /// Seeds the initial weights, the batches and the sample [default: 0, or on --resume the
+    /// saved run's].
+    #[arg(long)]
+    seed: Option<u64>,
     /// Measure the validation loss and save a checkpoint every N steps.
     #[arg(long, value_name = "N", default_value_t = 250, value_parser = clap::value_parser!(u32).range(1..))]
     eval_every: u32,
+    /// Also keep the model after these steps (e.g. 200,500), each in a folder of its own
+    /// beside --out, named OUT-step-N.
+    #[arg(long, value_name = "N,N,...", value_delimiter = ',',
+          value_parser = clap::value_parser!(u32).range(1..))]
+    snapshot_at: Vec<u32>,
     /// Characters written at the end (0: none).
     #[arg(long, value_name = "N", default_value_t = 300)]
     sample: usize,
@@ -162,7 +171,6 @@ pub fn run(cli: &Cli, stop: &AtomicUsize) -> Result<u8, String> {
         CharVocab::from_text(&text).map_err(|e| format!("{}: {e}", cli.corpus.display()))?;
     let ids = vocab.encode(&text).map_err(|e| e.to_string())?;
     let config = GptConfig::shakespeare(vocab.len());
-    let settings = TrainConfig { steps: cli.steps as usize, ..TrainConfig::nanogpt() };
     let split = ids.len() * 9 / 10;
     let (train, val) = ids.split_at(split);
     let t = config.block_size;
@@ -172,12 +180,23 @@ pub fn run(cli: &Cli, stop: &AtomicUsize) -> Result<u8, String> {
              and the character after it, 10 % for validation at least 2)",
             cli.corpus.display(),
             text.chars().count(),
-            ((t + 1) * 10).div_ceil(9).max(20)
+            ((t + 1) * 10).div_ceil(9)
         ));
     }
     let out =
         cli.out.clone().or_else(|| cli.resume.clone()).unwrap_or_else(|| DEFAULT_OUT.into());
     check_out_folder(&out)?;
+    let continuing = cli.resume.as_ref().is_some_and(|dir| same_folder(dir, &out));
+    if !continuing && out.join("trainer_state.json").exists() {
+        return Err(format!(
+            "{}: holds a checkpoint already; pass --resume {} to continue it, or name a new --out",
+            out.display(),
+            quoted(&out)
+        ));
+    }
+    for &step in &cli.snapshot_at {
+        check_out_folder(&snapshot_folder(&out, step as usize))?;
+    }
 
     // The model, the optimizer and the run so far: fresh, or from the checkpoint.
     let (mut gpt, mut adamw, mut state) = match &cli.resume {
@@ -207,25 +226,48 @@ pub fn run(cli: &Cli, stop: &AtomicUsize) -> Result<u8, String> {
                     state.corpus_chars
                 ));
             }
-            (gpt, adamw, state)
+            if let Some(seed) = cli.seed.filter(|&s| s != state.seed) {
+                return Err(format!(
+                    "{}: this run was seeded with {}, not {seed}: leave --seed out to resume it",
+                    dir.join("trainer_state.json").display(),
+                    state.seed
+                ));
+            }
+            let steps = cli.steps.map_or(state.steps, |s| s as usize);
+            if steps <= state.step {
+                return Err(format!(
+                    "{}: the run is at step {} already; pass a --steps above it to go on",
+                    dir.join("trainer_state.json").display(),
+                    state.step
+                ));
+            }
+            if steps != state.steps {
+                eprintln!(
+                    "note: the schedule was {} steps long and is now {steps}: the learning rate \
+                     from step {} on follows the new length",
+                    state.steps, state.step
+                );
+            }
+            (gpt, adamw, TrainerState { steps, ..state })
         }
         None => {
-            let gpt = Gpt::<f32>::init(config, &mut StdRng::seed_from_u64(cli.seed))
+            let seed = cli.seed.unwrap_or(0);
+            let gpt = Gpt::<f32>::init(config, &mut StdRng::seed_from_u64(seed))
                 .map_err(|e| e.to_string())?;
             let adamw = AdamW::nanogpt(&gpt);
             let state = TrainerState {
                 step: 0,
-                steps: settings.steps,
-                seed: cli.seed,
+                steps: cli.steps.map_or(2000, |s| s as usize),
+                seed,
                 corpus_chars: text.chars().count(),
-                batch_size: settings.batch_size,
+                batch_size: TrainConfig::nanogpt().batch_size,
                 train_seconds: 0.0,
                 log: Vec::new(),
             };
             (gpt, adamw, state)
         }
     };
-    state.steps = settings.steps;
+    let settings = TrainConfig { steps: state.steps, ..TrainConfig::nanogpt() };
     if cfg!(debug_assertions) {
         eprintln!("note: a debug build trains about 30 times slower: add --release");
     }
@@ -256,6 +298,16 @@ pub fn run(cli: &Cli, stop: &AtomicUsize) -> Result<u8, String> {
             train_step(&mut gpt, &mut adamw, &Fast, &settings, &x.view(), &y.view())
                 .map_err(|e| e.to_string())?;
         let seconds = start.elapsed().as_secs_f64();
+        if !(report.loss.is_finite() && report.grad_norm.is_finite()) {
+            return Err(format!(
+                "the training diverged at step {} (loss {}, gradient norm {}); the last \
+                 checkpoint in {} is kept",
+                state.step + 1,
+                report.loss,
+                report.grad_norm,
+                out.display()
+            ));
+        }
         state.train_seconds += seconds;
         state.step += 1;
         if cli.stop_after == Some(state.step) {
@@ -268,6 +320,11 @@ pub fn run(cli: &Cli, stop: &AtomicUsize) -> Result<u8, String> {
             grad_norm: report.grad_norm,
             val_loss: None,
         };
+        if cli.snapshot_at.contains(&(state.step as u32)) {
+            let folder = snapshot_folder(&out, state.step);
+            check_out_folder(&folder)?;
+            save_model(&folder, &gpt, &vocab)?;
+        }
         let last = state.step == settings.steps;
         if state.step % cli.eval_every as usize == 0 || last {
             let loss = evaluate(&gpt, &Fast, val, 64).map_err(|e| e.to_string())?;
@@ -278,7 +335,7 @@ pub fn run(cli: &Cli, stop: &AtomicUsize) -> Result<u8, String> {
                     state.step,
                     report.loss,
                     state.train_seconds,
-                    1000.0 * state.train_seconds / state.log.len().max(1) as f64
+                    1000.0 * state.train_seconds / state.step as f64
                 ))
             });
             state.log.push(line);
@@ -297,7 +354,10 @@ pub fn run(cli: &Cli, stop: &AtomicUsize) -> Result<u8, String> {
 
     let signal = stop.load(Ordering::SeqCst);
     if signal != 0 && state.step < settings.steps {
-        save_checkpoint(&out, &gpt, &vocab, &adamw, &state)?;
+        let saved = state.log.last().is_some_and(|l| l.val_loss.is_some()); // at an evaluation
+        if !saved {
+            save_checkpoint(&out, &gpt, &vocab, &adamw, &state)?;
+        }
         let name = if signal == 15 { "SIGTERM" } else { "Ctrl-C" };
         eprintln!(
             "stopped by {name} after step {} of {}; checkpoint saved in {}\nresume with: cargo run \
@@ -305,17 +365,17 @@ pub fn run(cli: &Cli, stop: &AtomicUsize) -> Result<u8, String> {
             state.step,
             settings.steps,
             out.display(),
-            out.display(),
+            quoted(&out),
             settings.steps,
             if cli.corpus.as_os_str() == DEFAULT_CORPUS {
                 String::new()
             } else {
-                format!(" --corpus {}", cli.corpus.display())
+                format!(" --corpus {}", quoted(&cli.corpus))
             }
         );
         return Ok(128 + signal as u8);
     }
-    let done = state.log.len().max(1);
+    let done = state.step.max(1);
     stdout::line(format_args!(
         "trained {} steps in {:.1} s ({:.1} ms a step, {:.0} tokens/s); checkpoint in {}",
         done,
@@ -326,16 +386,32 @@ pub fn run(cli: &Cli, stop: &AtomicUsize) -> Result<u8, String> {
     ));
     if cli.sample > 0 {
         let newline = vocab.encode("\n").ok().filter(|v| !v.is_empty()).unwrap_or(vec![0]);
-        let mut rng = StdRng::seed_from_u64(cli.seed);
+        let mut rng = StdRng::seed_from_u64(state.seed);
         let written = sample(&gpt, &Fast, &newline, cli.sample, 1.0, &mut rng)
             .map_err(|e| e.to_string())?;
         stdout::line(format_args!(
             "a sample (seed {}):\n{}",
-            cli.seed,
+            state.seed,
             vocab.decode(&written)
         ));
     }
     Ok(0)
+}
+
+/// Whether two paths name the same folder (both canonical), or the same spelling.
+fn same_folder(a: &Path, b: &Path) -> bool {
+    match (fs::canonicalize(a), fs::canonicalize(b)) {
+        (Ok(a), Ok(b)) => a == b,
+        _ => a == b,
+    }
+}
+
+/// A path as a shell reads it back: in single quotes when it holds anything but plain
+/// characters.
+fn quoted(path: &Path) -> String {
+    let text = path.display().to_string();
+    let plain = text.chars().all(|c| c.is_ascii_alphanumeric() || "/._-+=:,".contains(c));
+    if plain { text } else { format!("'{}'", text.replace('\'', "'\\''")) }
 }
 
 /// The generator of step `step`'s batch: its own stream, so that a resumed run draws the
@@ -358,7 +434,17 @@ const CHECKPOINT_FILES: [&str; 6] = [
 /// folder: a folder holding anything else (the corpus, say) is refused.
 fn check_out_folder(out: &Path) -> Result<(), String> {
     if !out.exists() {
-        return Ok(());
+        return match stranded(out) {
+            // a run killed between the two renames of a swap left its checkpoint aside
+            Some(old) => Err(format!(
+                "{}: missing, but {} holds the checkpoint a killed run left aside: rename it \
+                 to {} to resume it, or remove it",
+                out.display(),
+                old.display(),
+                out.display()
+            )),
+            None => Ok(()),
+        };
     }
     if !out.is_dir() {
         return Err(format!("{}: not a folder", out.display()));
@@ -368,13 +454,24 @@ fn check_out_folder(out: &Path) -> Result<(), String> {
         let name = entry.map_err(|e| format!("{}: {e}", out.display()))?.file_name();
         if !CHECKPOINT_FILES.iter().any(|f| name == *f) {
             return Err(format!(
-                "{}: holds {} and is not a checkpoint folder; each checkpoint replaces the whole                  folder, so name a new one",
+                "{}: holds {} and is not a checkpoint folder; each checkpoint replaces the whole \
+                 folder, so name a new one",
                 out.display(),
                 name.to_string_lossy()
             ));
         }
     }
     Ok(())
+}
+
+/// A checkpoint set aside by a swap that never finished (`.NAME.PID.old` beside `out`).
+fn stranded(out: &Path) -> Option<PathBuf> {
+    let name = out.file_name()?.to_string_lossy().into_owned();
+    let parent = out.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    fs::read_dir(parent).ok()?.flatten().map(|e| e.path()).find(|p| {
+        let file = p.file_name().map(|f| f.to_string_lossy().into_owned()).unwrap_or_default();
+        file.starts_with(&format!(".{name}.")) && file.ends_with(".old")
+    })
 }
 
 /// The corpus as text: an error names the file unless it is non-empty UTF-8 text.
@@ -412,8 +509,22 @@ fn progress_bar(position: usize, steps: usize) -> ProgressBar {
     bar
 }
 
-/// Writes a checkpoint into a new folder beside `out`, then swaps it in whole: `out` is
-/// always either the previous checkpoint or this one.
+/// Where `--snapshot-at` keeps the model after step `step`: `OUT-step-N`, beside `out`.
+fn snapshot_folder(out: &Path, step: usize) -> PathBuf {
+    let name =
+        out.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or("run".into());
+    out.with_file_name(format!("{name}-step-{step}"))
+}
+
+/// The model alone (the three GPT-2 files) in `folder`, swapped in whole as a checkpoint is.
+fn save_model(folder: &Path, gpt: &Gpt<f32>, vocab: &CharVocab) -> Result<(), String> {
+    swap_in(folder, |fresh| {
+        pretrained::gpt2::save(fresh, gpt, vocab).map_err(|e| e.to_string())
+    })
+}
+
+/// Writes a checkpoint (the model, the optimizer's moments, the run so far) into `out`,
+/// swapped in whole: `out` is always either the previous checkpoint or this one.
 fn save_checkpoint(
     out: &Path,
     gpt: &Gpt<f32>,
@@ -421,6 +532,21 @@ fn save_checkpoint(
     adamw: &AdamW<f32>,
     state: &TrainerState,
 ) -> Result<(), String> {
+    swap_in(out, |fresh| {
+        let cannot = |e: std::io::Error| format!("{}: cannot write: {e}", fresh.display());
+        pretrained::gpt2::save(fresh, gpt, vocab).map_err(|e| e.to_string())?;
+        let moments = optimizer_bytes(gpt, adamw)?;
+        fs::write(fresh.join("optimizer.safetensors"), moments).map_err(cannot)?;
+        let json = serde_json::to_string_pretty(state).map_err(|e| e.to_string())?;
+        fs::write(fresh.join("trainer_state.json"), json + "\n").map_err(cannot)?;
+        fs::write(fresh.join("log.csv"), log_csv(&state.log)).map_err(cannot)
+    })
+}
+
+/// Fills a new hidden folder beside `out` with `write`, then swaps it in for `out` (two
+/// renames: `out` aside, the new folder in its place; then the old one is removed). If
+/// anything fails, the new folder is removed and `out` is left, or put back, as it was.
+fn swap_in(out: &Path, write: impl FnOnce(&Path) -> Result<(), String>) -> Result<(), String> {
     let cannot =
         |e: std::io::Error| format!("{}: cannot write the checkpoint: {e}", out.display());
     let parent = match out.parent() {
@@ -434,28 +560,36 @@ fn save_checkpoint(
     let old = parent.join(format!(".{name}.{}.old", std::process::id()));
     let _ = fs::remove_dir_all(&fresh);
     fs::create_dir_all(&fresh).map_err(cannot)?;
-    let written = (|| -> Result<(), String> {
-        pretrained::gpt2::save(&fresh, gpt, vocab).map_err(|e| e.to_string())?;
-        let moments = optimizer_bytes(gpt, adamw)?;
-        fs::write(fresh.join("optimizer.safetensors"), moments).map_err(cannot)?;
-        let json = serde_json::to_string_pretty(state).map_err(|e| e.to_string())?;
-        fs::write(fresh.join("trainer_state.json"), json + "\n").map_err(cannot)?;
-        fs::write(fresh.join("log.csv"), log_csv(&state.log)).map_err(cannot)?;
-        Ok(())
-    })();
-    if let Err(e) = written {
+    if let Err(e) = write(&fresh).and_then(|()| sync_folder(&fresh)) {
         let _ = fs::remove_dir_all(&fresh);
         return Err(e);
     }
+    let _ = fs::remove_dir_all(&old); // a stale one, left by a killed run of the same PID
     if out.exists() {
-        fs::rename(out, &old).map_err(cannot)?;
+        if let Err(e) = fs::rename(out, &old) {
+            let _ = fs::remove_dir_all(&fresh);
+            return Err(cannot(e));
+        }
     }
     if let Err(e) = fs::rename(&fresh, out) {
         let _ = fs::rename(&old, out); // put the previous checkpoint back
+        let _ = fs::remove_dir_all(&fresh);
         return Err(cannot(e));
     }
     let _ = fs::remove_dir_all(&old);
+    let _ = fs::File::open(&parent).and_then(|dir| dir.sync_all()); // the renames, on disk
     Ok(())
+}
+
+/// Every file of `folder`, and the folder itself, flushed to the disk.
+fn sync_folder(folder: &Path) -> Result<(), String> {
+    let cannot = |e: std::io::Error| format!("{}: cannot write: {e}", folder.display());
+    for entry in fs::read_dir(folder).map_err(cannot)? {
+        fs::File::open(entry.map_err(cannot)?.path())
+            .and_then(|f| f.sync_all())
+            .map_err(cannot)?;
+    }
+    fs::File::open(folder).and_then(|dir| dir.sync_all()).map_err(cannot)
 }
 
 /// `log.csv`: one line per step.

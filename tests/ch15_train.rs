@@ -29,7 +29,7 @@ fn corpus(dir: &Path) -> String {
 }
 
 #[test]
-fn a_run_leaves_a_checkpoint_transformers_can_read() {
+fn a_run_leaves_a_checkpoint_in_gpt2s_layout() {
     let dir = tempfile::tempdir().unwrap();
     let text = corpus(dir.path());
     let out = dir.path().join("run");
@@ -45,7 +45,9 @@ fn a_run_leaves_a_checkpoint_transformers_can_read() {
             "--out",
             out_arg,
             "--sample",
-            "20"
+            "20",
+            "--snapshot-at",
+            "1,3"
         ]),
         Ok(0)
     );
@@ -78,10 +80,19 @@ fn a_run_leaves_a_checkpoint_transformers_can_read() {
     );
     let (gpt, vocab) = pretrained::gpt2::load(&out).unwrap();
     assert_eq!((vocab.len(), gpt.config.block_size), (17, 64));
-    // nothing else is left beside the folder
-    let beside: Vec<_> =
-        std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
-    assert_eq!(beside.len(), 2, "{beside:?}");
+    // the snapshots after steps 1 and 3 are models of their own, and differ from the last
+    for step in [1, 3] {
+        let (snapshot, _) =
+            pretrained::gpt2::load(&dir.path().join(format!("run-step-{step}"))).unwrap();
+        assert_ne!(snapshot.wte, gpt.wte, "step {step}");
+    }
+    // nothing else is left beside the folders
+    let mut beside: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    beside.sort();
+    assert_eq!(beside, ["corpus.txt", "run", "run-step-1", "run-step-3"]);
 }
 
 #[test]
@@ -90,16 +101,25 @@ fn an_interrupted_run_resumes_to_the_same_bits() {
     let text = corpus(dir.path());
     let (whole, parts) = (dir.path().join("whole"), dir.path().join("parts"));
     let (whole_arg, parts_arg) = (whole.to_str().unwrap(), parts.to_str().unwrap());
+    // seed 7, so that a resume that started afresh (seed 0) could not end on the same bits
     let common = ["--corpus", &text, "--steps", "6", "--eval-every", "4", "--sample", "0"];
-    assert_eq!(run(&[&common[..], &["--out", whole_arg]].concat()), Ok(0));
+    let seeded = [&common[..], &["--seed", "7"]].concat();
+    assert_eq!(run(&[&seeded[..], &["--out", whole_arg]].concat()), Ok(0));
     // Ctrl-C during step 3: the checkpoint is saved after it, and the run exits with 130
     assert_eq!(
-        run(&[&common[..], &["--out", parts_arg, "--stop-after", "3"]].concat()),
+        run(&[&seeded[..], &["--out", parts_arg, "--stop-after", "3"]].concat()),
         Ok(130)
     );
     let state = std::fs::read_to_string(parts.join("trainer_state.json")).unwrap();
     assert!(state.contains(r#""step": 3"#), "{state}");
-    assert_eq!(run(&[&common[..], &["--resume", parts_arg]].concat()), Ok(0));
+    // the seed and the schedule's length come from the checkpoint
+    let resume =
+        ["--corpus", &text, "--resume", parts_arg, "--eval-every", "4", "--sample", "0"];
+    let wrong_seed = run(&[&resume[..], &["--seed", "8"]].concat()).unwrap_err();
+    assert!(wrong_seed.contains("this run was seeded with 7, not 8"), "{wrong_seed}");
+    assert_eq!(run(&resume), Ok(0));
+    let log = std::fs::read_to_string(parts.join("log.csv")).unwrap();
+    assert_eq!(log.lines().count(), 1 + 6);
     for file in ["model.safetensors", "optimizer.safetensors", "log.csv"] {
         assert!(
             std::fs::read(whole.join(file)).unwrap()
@@ -107,6 +127,24 @@ fn an_interrupted_run_resumes_to_the_same_bits() {
             "{file} differs"
         );
     }
+}
+
+#[test]
+fn a_finished_run_is_neither_overwritten_nor_resumed_past_its_end() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = corpus(dir.path());
+    let out = dir.path().join("run");
+    let out_arg = out.to_str().unwrap();
+    let args = ["--corpus", &text, "--steps", "2", "--eval-every", "2", "--sample", "0"];
+    assert_eq!(run(&[&args[..], &["--out", out_arg]].concat()), Ok(0));
+    let model = std::fs::read(out.join("model.safetensors")).unwrap();
+    // a fresh run into the same folder would replace it: refused
+    let again = run(&[&args[..], &["--out", out_arg]].concat()).unwrap_err();
+    assert!(again.contains("holds a checkpoint already; pass --resume"), "{again}");
+    // resuming a finished run without more steps: nothing to do, said so
+    let done = run(&["--corpus", &text, "--resume", out_arg]).unwrap_err();
+    assert!(done.contains("the run is at step 2 already; pass a --steps above it"), "{done}");
+    assert_eq!(std::fs::read(out.join("model.safetensors")).unwrap(), model);
 }
 
 #[test]
@@ -144,7 +182,13 @@ fn a_folder_that_is_not_a_checkpoint_is_refused() {
     // the corpus's own folder holds the corpus: replacing it would lose it
     let err = run(&["--corpus", &text, "--steps", "2", "--out", dir.path().to_str().unwrap()])
         .unwrap_err();
-    assert!(err.contains("holds corpus.txt and is not a checkpoint folder"), "{err}");
+    assert!(
+        err.ends_with(
+            "holds corpus.txt and is not a checkpoint folder; each checkpoint replaces the \
+             whole folder, so name a new one"
+        ),
+        "{err}"
+    );
     assert!(Path::new(&text).exists());
 }
 

@@ -1,6 +1,6 @@
 """Chapter 15's reference: nanoGPT's character-level Shakespeare run, in PyTorch, on this machine.
 
-    pip install torch==2.15.0 numpy
+    pip install torch==2.15.0
     python3 tools/gpt_reference.py                  # 3 seeds, writes examples/data/ch15_pytorch.json
     python3 tools/gpt_reference.py --seeds 1 --steps 200 --out /tmp/quick.json
 
@@ -176,9 +176,13 @@ def main():
     train, val = data[:n], data[n:]
     c = dict(CONFIG, steps=a.steps)
     runs = [run(seed, c, train, val, vocab, a.steps) for seed in range(a.seeds)]
-    cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")),
+    try:
+        cpuinfo = open("/proc/cpuinfo").read().splitlines()
+    except OSError:  # not Linux: the name Python knows, no flags
+        cpuinfo = []
+    cpu = next((l.split(":", 1)[1].strip() for l in cpuinfo if l.startswith("model name")),
                platform.processor())
-    flags = next((l.split(":", 1)[1].split() for l in open("/proc/cpuinfo") if l.startswith("flags")), [])
+    flags = next((l.split(":", 1)[1].split() for l in cpuinfo if l.startswith("flags")), [])
     out = dict(config=c, corpus_chars=len(text), vocab_size=len(vocab), torch=torch.__version__,
                threads=a.threads, cpu=cpu, simd=[f for f in ("avx2", "fma", "avx512f") if f in flags],
                runs=runs)

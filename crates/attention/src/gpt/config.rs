@@ -136,7 +136,9 @@ impl GptConfig {
     /// token: the forward pass costs 2 FLOPs per weight of every matrix the token meets (the
     /// blocks' and the tied head's), plus attention's `Q·Kᵀ` and `P·V` over a full context of
     /// `T` keys (`2·2·T·d` per block); the backward pass costs twice the forward. That is
-    /// nanoGPT's (and PaLM's) `6N + 12·n_layer·d·T`, with `N` the matrices' weights.
+    /// PaLM's `6N + 12·n_layer·d·T`, with `N` the weights of the matrices; nanoGPT's
+    /// `estimate_mfu` counts every parameter but the position table in `N` (its layer-norm
+    /// gains too: 1 152 more here, 0.13 % more FLOPs).
     ///
     /// ```
     /// use attention::gpt::config::GptConfig;

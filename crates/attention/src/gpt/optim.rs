@@ -151,7 +151,9 @@ impl<A: Float> AdamW<A> {
     /// like the model this optimiser was made for.
     // ANCHOR: adamw_step
     pub fn step(&mut self, gpt: &mut Gpt<A>, grads: &Gpt<A>, lr: f64) -> Result<()> {
-        if gpt.config != grads.config || self.m.len() != gpt.tensors().len() {
+        let fits = self.m.len() == gpt.tensors().len()
+            && self.m.iter().zip(gpt.tensors()).all(|(m, (_, t))| m.shape() == t.shape());
+        if gpt.config != grads.config || !fits {
             return Err(AttentionError::Invalid {
                 what: "AdamW step".into(),
                 problem: "the model, its gradient and the optimiser have different shapes"
@@ -211,7 +213,8 @@ pub fn learning_rate(step: usize, warmup: usize, total: usize, max: f64, min: f6
         return min;
     }
     let progress = (step - warmup) as f64 / (total - warmup) as f64; // 0 → 1
-    min + 0.5 * (1.0 + (std::f64::consts::PI * progress).cos()) * (max - min)
+    // libm's cosine, not the system's: the same bits on every machine
+    min + 0.5 * (1.0 + libm::cos(std::f64::consts::PI * progress)) * (max - min)
 }
 // ANCHOR_END: learning_rate
 

@@ -29,6 +29,7 @@ use crate::float::{Float, to_f64};
 /// let picks: Vec<usize> = (0..20).map(|_| draw(&[0.0_f32, 30.0, 0.0], 1.0, &mut rng).unwrap()).collect();
 /// assert!(picks.iter().all(|&i| i == 1));
 /// assert!(draw(&[0.0_f32], 0.0, &mut rng).is_err());
+/// assert!(draw(&[0.0_f32, f32::NAN], 1.0, &mut rng).is_err()); // never a silent last id
 /// ```
 // ANCHOR: draw
 pub fn draw<A: Float, R: Rng + ?Sized>(
@@ -36,10 +37,19 @@ pub fn draw<A: Float, R: Rng + ?Sized>(
     temperature: f64,
     rng: &mut R,
 ) -> Result<usize> {
-    if !(temperature > 0.0 && temperature.is_finite()) || logits.is_empty() {
+    if !(temperature > 0.0 && temperature.is_finite()) {
         return Err(AttentionError::Invalid {
             what: "temperature".into(),
             problem: format!("must be positive and finite, but it is {temperature}"),
+        });
+    }
+    if logits.is_empty() {
+        return Err(AttentionError::Empty { what: "logits".into(), dim: "V" });
+    }
+    if let Some(i) = logits.iter().position(|v| !v.is_finite()) {
+        return Err(AttentionError::Invalid {
+            what: "logits".into(),
+            problem: format!("logit {i} is {} (a diverged model?)", to_f64(logits[i])),
         });
     }
     let z: Vec<f64> = logits.iter().map(|&v| to_f64(v) / temperature).collect();

@@ -123,6 +123,32 @@ fn without_bias_the_shifts_are_not_trained_but_still_exist() {
     );
 }
 
+/// The validation loss counts every position once: the windows of 4 and the last, shorter,
+/// one, each weighted by its length; whatever the batch.
+#[test]
+fn evaluate_weighs_every_window_by_its_length() {
+    use super::kernels::Exact;
+    use super::train::evaluate;
+    let gpt = scrambled(GptConfig { block_size: 4, ..tiny(true) }, 11);
+    let ids = [0, 3, 6, 2, 5, 5, 1, 0, 4, 2]; // windows 0..4, 4..8, 8..9 predict 4 + 4 + 1
+    let loss = |from: usize, n: usize| {
+        let x = Array2::from_shape_vec((1, n), ids[from..from + n].to_vec()).unwrap();
+        let y = Array2::from_shape_vec((1, n), ids[from + 1..from + 1 + n].to_vec()).unwrap();
+        gpt.loss(&x.view(), &y.view()).unwrap()
+    };
+    let by_hand = (4.0 * loss(0, 4) + 4.0 * loss(4, 4) + loss(8, 1)) / 9.0;
+    for batch in [1, 2, 64] {
+        let measured = evaluate(&gpt, &Exact, &ids, batch).unwrap();
+        assert!((measured - by_hand).abs() < 1e-14, "batch {batch}: {measured} vs {by_hand}");
+    }
+    // dropping the short window, or weighing the windows alike, is another number
+    let dropped = (loss(0, 4) + loss(4, 4)) / 2.0;
+    let alike = (loss(0, 4) + loss(4, 4) + loss(8, 1)) / 3.0;
+    for wrong in [dropped, alike] {
+        assert!((wrong - by_hand).abs() > 1e-3, "{wrong} vs {by_hand}");
+    }
+}
+
 #[test]
 fn a_later_token_cannot_change_an_earlier_logit() {
     let gpt = scrambled(tiny(true), 3);
@@ -131,6 +157,11 @@ fn a_later_token_cannot_change_an_earlier_logit() {
     assert_eq!(a.slice(ndarray::s![.., ..2, ..]), b.slice(ndarray::s![.., ..2, ..]));
     assert_ne!(a.slice(ndarray::s![.., 2, ..]), b.slice(ndarray::s![.., 2, ..]));
 }
+
+/// How far the fast path's gradients may be from the exact path's, relative to each tensor's
+/// largest gradient: a few units of `f32`'s rounding (`6e-8`) through a dozen layers of sums.
+/// Measured: 1.2e-6 on an AVX2 machine (the test prints it with `-- --nocapture`).
+const FAST_REL: f64 = 1e-5;
 
 /// The fast `f32` path against the exact path in `f64` on a model of chapter 15's shape
 /// (narrower): every gradient within a small multiple of `f32`'s rounding.
@@ -155,12 +186,20 @@ fn the_fast_path_agrees_with_the_exact_path() {
     let (loss_f, grads_f) =
         fast.loss_and_grads_with(&Fast, &tokens.view(), &targets.view()).unwrap();
     assert!((loss_e - loss_f).abs() < 1e-5, "{loss_e} vs {loss_f}");
+    let mut largest_ratio: f64 = 0.0;
     for ((name, e), (_, f)) in grads_e.tensors().into_iter().zip(grads_f.tensors()) {
         let scale = e.iter().fold(0.0f64, |m, &v| m.max(v.abs())).max(1e-3);
         let worst =
             e.iter().zip(f.iter()).fold(0.0f64, |m, (&e, &f)| m.max((e - f64::from(f)).abs()));
-        assert!(worst < 2e-4 * scale, "{name}: {worst} against a largest gradient of {scale}");
+        largest_ratio = largest_ratio.max(worst / scale);
+        assert!(
+            worst < FAST_REL * scale,
+            "{name}: {worst} against a largest gradient of {scale}"
+        );
     }
+    println!(
+        "fast against exact: largest difference {largest_ratio:.1e} of a tensor's largest gradient"
+    );
     // the exact path in f32 gives the same numbers as Fast to rounding, and the bits of the
     // exact path do not depend on the machine: it is what the book quotes
     let (loss_32, _) =

@@ -2,10 +2,10 @@
 //!
 //! One step: draw a batch, compute the loss and its gradient, clip the gradient, take an
 //! AdamW step at the schedule's learning rate. The batch is split into a fixed number of
-//! parts whose gradients are computed side by side, one per processor core, and added in
-//! order: data parallelism, what several GPUs do with a batch, here on the cores of one
-//! machine. The split is fixed, not chosen by the number of cores, so a run gives the same
-//! numbers however many threads it gets.
+//! parts (chapter 15's run: 2) whose gradients are computed side by side, each on a core of
+//! its own, and added in order: data parallelism, what several GPUs do with a batch, here on
+//! the cores of one machine. The split is fixed, not chosen by the number of cores, so a run
+//! gives the same numbers however many threads it gets (and uses at most `parts` of them).
 //!
 //! Anchors (below the doc comments): `train_config`, `parallel_grads`, `train_step`,
 //! `evaluate`.
@@ -37,7 +37,7 @@ pub struct TrainConfig {
     pub batch_size: usize,
     /// The peak learning rate, reached after the warm-up.
     pub lr: f64,
-    /// The floor the cosine decays to, at the last step.
+    /// The floor the cosine decays to, reached after the last step.
     pub min_lr: f64,
     /// Warm-up steps.
     pub warmup: usize,
@@ -51,6 +51,13 @@ pub struct TrainConfig {
 impl TrainConfig {
     /// nanoGPT's small CPU run: 2000 steps of 12 contexts, learning rate `1e-3` after 100
     /// warm-up steps, down to `1e-4`, gradients clipped at norm 1; batches in 2 parts.
+    ///
+    /// ```
+    /// use attention::gpt::train::TrainConfig;
+    ///
+    /// let c = TrainConfig::nanogpt();
+    /// assert_eq!((c.lr, c.min_lr, c.grad_clip, c.parts), (1e-3, 1e-4, 1.0, 2));
+    /// ```
     pub fn nanogpt() -> Self {
         TrainConfig {
             steps: 2000,
@@ -75,8 +82,9 @@ impl TrainConfig {
     }
 }
 
-/// The loss and gradient of a batch, the batch split into `parts` groups of contexts (as
-/// equal as they can be) whose gradients are computed in parallel and added in order, each
+/// The loss and gradient of a batch, the batch split into groups of `⌈B/parts⌉` contexts
+/// (the last one smaller; fewer than `parts` groups when they do not divide evenly, 12 into
+/// 5 gives 4 of 3) whose gradients are computed in parallel and added in order, each
 /// weighted by its share of the tokens. The same numbers whatever the number of threads.
 ///
 /// ```
