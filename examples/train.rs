@@ -92,8 +92,7 @@ pub struct Cli {
     stop_after: Option<usize>,
 }
 
-const DEFAULT_CORPUS: &str =
-    concat!(env!("CARGO_MANIFEST_DIR"), "/data/shakespeare/input.txt");
+const DEFAULT_CORPUS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/data/shakespeare/input.txt");
 const DEFAULT_OUT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/target/ch15/run");
 const AFTER_HELP: &str = "Examples:\n  cargo run --release --example train\n  \
     cargo run --release --example train -- --corpus my_text.txt --steps 500 --out my_run\n  \
@@ -183,8 +182,7 @@ pub fn run(cli: &Cli, stop: &AtomicUsize) -> Result<u8, String> {
             ((t + 1) * 10).div_ceil(9)
         ));
     }
-    let out =
-        cli.out.clone().or_else(|| cli.resume.clone()).unwrap_or_else(|| DEFAULT_OUT.into());
+    let out = cli.out.clone().or_else(|| cli.resume.clone()).unwrap_or_else(|| DEFAULT_OUT.into());
     check_out_folder(&out)?;
     let continuing = cli.resume.as_ref().is_some_and(|dir| same_folder(dir, &out));
     if !continuing && out.join("trainer_state.json").exists() {
@@ -291,8 +289,7 @@ pub fn run(cli: &Cli, stop: &AtomicUsize) -> Result<u8, String> {
             break;
         }
         let mut rng = batch_rng(state.seed, state.step);
-        let (x, y) =
-            batch(train, settings.batch_size, t, &mut rng).map_err(|e| e.to_string())?;
+        let (x, y) = batch(train, settings.batch_size, t, &mut rng).map_err(|e| e.to_string())?;
         let start = Instant::now();
         let report: StepReport =
             train_step(&mut gpt, &mut adamw, &Fast, &settings, &x.view(), &y.view())
@@ -387,13 +384,9 @@ pub fn run(cli: &Cli, stop: &AtomicUsize) -> Result<u8, String> {
     if cli.sample > 0 {
         let newline = vocab.encode("\n").ok().filter(|v| !v.is_empty()).unwrap_or(vec![0]);
         let mut rng = StdRng::seed_from_u64(state.seed);
-        let written = sample(&gpt, &Fast, &newline, cli.sample, 1.0, &mut rng)
-            .map_err(|e| e.to_string())?;
-        stdout::line(format_args!(
-            "a sample (seed {}):\n{}",
-            state.seed,
-            vocab.decode(&written)
-        ));
+        let written =
+            sample(&gpt, &Fast, &newline, cli.sample, 1.0, &mut rng).map_err(|e| e.to_string())?;
+        stdout::line(format_args!("a sample (seed {}):\n{}", state.seed, vocab.decode(&written)));
     }
     Ok(0)
 }
@@ -481,10 +474,7 @@ fn read_corpus(path: &Path) -> Result<String, String> {
         return Err(format!("{}: the file is empty", path.display()));
     }
     if let Some(i) = bytes.iter().position(|&b| b == 0) {
-        return Err(format!(
-            "{}: a binary file (a zero byte at {i}), not text",
-            path.display()
-        ));
+        return Err(format!("{}: a binary file (a zero byte at {i}), not text", path.display()));
     }
     String::from_utf8(bytes).map_err(|e| {
         format!(
@@ -499,10 +489,8 @@ fn read_corpus(path: &Path) -> Result<String, String> {
 fn progress_bar(position: usize, steps: usize) -> ProgressBar {
     let bar = ProgressBar::with_draw_target(Some(steps as u64), ProgressDrawTarget::stderr());
     bar.set_style(
-        ProgressStyle::with_template(
-            "step {pos}/{len} {wide_bar} {msg}  {elapsed} (left {eta})",
-        )
-        .expect("a valid template"),
+        ProgressStyle::with_template("step {pos}/{len} {wide_bar} {msg}  {elapsed} (left {eta})")
+            .expect("a valid template"),
     );
     bar.set_position(position as u64);
     bar.enable_steady_tick(Duration::from_millis(500));
@@ -511,16 +499,13 @@ fn progress_bar(position: usize, steps: usize) -> ProgressBar {
 
 /// Where `--snapshot-at` keeps the model after step `step`: `OUT-step-N`, beside `out`.
 fn snapshot_folder(out: &Path, step: usize) -> PathBuf {
-    let name =
-        out.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or("run".into());
+    let name = out.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or("run".into());
     out.with_file_name(format!("{name}-step-{step}"))
 }
 
 /// The model alone (the three GPT-2 files) in `folder`, swapped in whole as a checkpoint is.
 fn save_model(folder: &Path, gpt: &Gpt<f32>, vocab: &CharVocab) -> Result<(), String> {
-    swap_in(folder, |fresh| {
-        pretrained::gpt2::save(fresh, gpt, vocab).map_err(|e| e.to_string())
-    })
+    swap_in(folder, |fresh| pretrained::gpt2::save(fresh, gpt, vocab).map_err(|e| e.to_string()))
 }
 
 /// Writes a checkpoint (the model, the optimizer's moments, the run so far) into `out`,
@@ -547,15 +532,13 @@ fn save_checkpoint(
 /// renames: `out` aside, the new folder in its place; then the old one is removed). If
 /// anything fails, the new folder is removed and `out` is left, or put back, as it was.
 fn swap_in(out: &Path, write: impl FnOnce(&Path) -> Result<(), String>) -> Result<(), String> {
-    let cannot =
-        |e: std::io::Error| format!("{}: cannot write the checkpoint: {e}", out.display());
+    let cannot = |e: std::io::Error| format!("{}: cannot write the checkpoint: {e}", out.display());
     let parent = match out.parent() {
         Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
         _ => PathBuf::from("."),
     };
     fs::create_dir_all(&parent).map_err(cannot)?;
-    let name =
-        out.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or("run".into());
+    let name = out.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or("run".into());
     let fresh = parent.join(format!(".{name}.{}.new", std::process::id()));
     let old = parent.join(format!(".{name}.{}.old", std::process::id()));
     let _ = fs::remove_dir_all(&fresh);
@@ -565,11 +548,11 @@ fn swap_in(out: &Path, write: impl FnOnce(&Path) -> Result<(), String>) -> Resul
         return Err(e);
     }
     let _ = fs::remove_dir_all(&old); // a stale one, left by a killed run of the same PID
-    if out.exists() {
-        if let Err(e) = fs::rename(out, &old) {
-            let _ = fs::remove_dir_all(&fresh);
-            return Err(cannot(e));
-        }
+    if out.exists()
+        && let Err(e) = fs::rename(out, &old)
+    {
+        let _ = fs::remove_dir_all(&fresh);
+        return Err(cannot(e));
     }
     if let Err(e) = fs::rename(&fresh, out) {
         let _ = fs::rename(&old, out); // put the previous checkpoint back
@@ -585,9 +568,7 @@ fn swap_in(out: &Path, write: impl FnOnce(&Path) -> Result<(), String>) -> Resul
 fn sync_folder(folder: &Path) -> Result<(), String> {
     let cannot = |e: std::io::Error| format!("{}: cannot write: {e}", folder.display());
     for entry in fs::read_dir(folder).map_err(cannot)? {
-        fs::File::open(entry.map_err(cannot)?.path())
-            .and_then(|f| f.sync_all())
-            .map_err(cannot)?;
+        fs::File::open(entry.map_err(cannot)?.path()).and_then(|f| f.sync_all()).map_err(cannot)?;
     }
     fs::File::open(folder).and_then(|dir| dir.sync_all()).map_err(cannot)
 }
@@ -618,21 +599,15 @@ fn optimizer_bytes(gpt: &Gpt<f32>, adamw: &AdamW<f32>) -> Result<Vec<u8>, String
     let views: Vec<(String, TensorView)> = owned
         .iter()
         .map(|(n, s, b)| {
-            Ok((
-                n.clone(),
-                TensorView::new(Dtype::F32, s.clone(), b).map_err(|e| e.to_string())?,
-            ))
+            Ok((n.clone(), TensorView::new(Dtype::F32, s.clone(), b).map_err(|e| e.to_string())?))
         })
         .collect::<Result<_, String>>()?;
-    let meta =
-        std::collections::HashMap::from([("step".to_string(), adamw.steps().to_string())]);
+    let meta = std::collections::HashMap::from([("step".to_string(), adamw.steps().to_string())]);
     safetensors::serialize(views, Some(meta)).map_err(|e| e.to_string())
 }
 
 /// The checkpoint in `dir`: model, vocabulary, optimizer and run so far.
-fn load_checkpoint(
-    dir: &Path,
-) -> Result<(Gpt<f32>, CharVocab, AdamW<f32>, TrainerState), String> {
+fn load_checkpoint(dir: &Path) -> Result<(Gpt<f32>, CharVocab, AdamW<f32>, TrainerState), String> {
     let (gpt, vocab) = pretrained::gpt2::load(dir).map_err(|e| e.to_string())?;
     let path = dir.join("optimizer.safetensors");
     let shown = path.display().to_string();
@@ -672,8 +647,8 @@ fn load_checkpoint(
     let [m, v] = moments;
     let adamw = AdamW::resume(&gpt, steps, m, v).map_err(|e| format!("{shown}: {e}"))?;
     let state_path = dir.join("trainer_state.json");
-    let json = fs::read_to_string(&state_path)
-        .map_err(|e| format!("{}: {e}", state_path.display()))?;
+    let json =
+        fs::read_to_string(&state_path).map_err(|e| format!("{}: {e}", state_path.display()))?;
     let state: TrainerState =
         serde_json::from_str(&json).map_err(|e| format!("{}: {e}", state_path.display()))?;
     if state.step != steps || state.log.len() != steps {
