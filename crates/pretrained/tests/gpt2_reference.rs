@@ -96,7 +96,7 @@ fn fixture_model() -> Gpt<f64> {
     let (gpt, vocab) = gpt2::load(&fixture_dir()).unwrap();
     assert_eq!(vocab.chars().iter().collect::<String>(), " benort");
     assert!(gpt.config.bias);
-    gpt.map(f64::from)
+    gpt.map_weights(f64::from)
 }
 
 fn max_abs_diff(a: &ArrayD<f64>, b: &ArrayD<f64>) -> f64 {

@@ -60,7 +60,7 @@ fn transformers_computes_the_same_logits() {
         data.chunks_exact(8).map(|b| f64::from_le_bytes(b.try_into().unwrap())).collect(),
     )
     .unwrap();
-    let wide = gpt.map(f64::from);
+    let wide = gpt.map_weights(f64::from);
     let logits = wide.logits_with(&Exact, &tokens.view()).unwrap().into_dyn();
     let worst = (&logits - &expected).iter().fold(0.0f64, |m, d| m.max(d.abs()));
     let largest = expected.iter().fold(0.0f64, |m, d| m.max(d.abs()));

@@ -198,7 +198,7 @@ impl<A: Float> Gpt<A> {
         let grad_h = k.matmul(&grad_logits.view(), &self.wte.view()); // (B·T, d)
         let eps = self.config.layer_norm_epsilon;
         let (mut grad_x, gamma, beta) =
-            k.layer_norm_backward(&tape.x.view(), &self.ln_f, eps, &grad_h.view());
+            k.norm_backward(&tape.x.view(), &self.ln_f, eps, &grad_h.view());
         grads.ln_f = Norm { gamma, beta };
         for ((block, tape), grad) in
             self.blocks.iter().zip(&tape.blocks).zip(&mut grads.blocks).rev()
@@ -236,7 +236,7 @@ impl<A: Float> Gpt<A> {
             tapes.push(tape);
             x = next;
         }
-        let h = k.layer_norm(&x.view(), &self.ln_f, self.config.layer_norm_epsilon)?;
+        let h = k.norm(&x.view(), &self.ln_f, self.config.layer_norm_epsilon)?;
         let logits = k.matmul(&h.view(), &self.wte.t()); // the tied head
         Ok((logits, Tape { tokens: ids, t, blocks: tapes, x, h }))
     }
@@ -298,14 +298,14 @@ fn block_forward<A: Float, K: Kernels<A>>(
     config: &GptConfig,
 ) -> Result<(Array2<A>, BlockTape<A>)> {
     let eps = config.layer_norm_epsilon;
-    let h1 = k.layer_norm(&x.view(), &block.ln_1, eps)?;
-    let qkv = k.linear(&h1.view(), &block.c_attn);
+    let h1 = k.norm(&x.view(), &block.ln_1, eps)?;
+    let qkv = k.dense(&h1.view(), &block.c_attn);
     let (y, weights) = k.causal_attention(&qkv.view(), batch, config.n_head)?;
-    let x1 = &x + &k.linear(&y.view(), &block.attn_proj);
-    let h2 = k.layer_norm(&x1.view(), &block.ln_2, eps)?;
-    let u = k.linear(&h2.view(), &block.c_fc);
+    let x1 = &x + &k.dense(&y.view(), &block.attn_proj);
+    let h2 = k.norm(&x1.view(), &block.ln_2, eps)?;
+    let u = k.dense(&h2.view(), &block.c_fc);
     let g = k.gelu(&u.view());
-    let x2 = &x1 + &k.linear(&g.view(), &block.mlp_proj);
+    let x2 = &x1 + &k.dense(&g.view(), &block.mlp_proj);
     Ok((x2, BlockTape { x, h1, qkv, weights, y, x1, h2, u, g }))
 }
 // ANCHOR_END: block_forward
@@ -323,22 +323,21 @@ fn block_backward<A: Float, K: Kernels<A>>(
 ) -> Result<Array2<A>> {
     // x2 = x1 + mlp_proj(g): the residual passes grad_x2 to x1 unchanged
     let (grad_g, mlp_proj) =
-        k.linear_backward(&tape.g.view(), &block.mlp_proj, &grad_x2.view());
+        k.dense_backward(&tape.g.view(), &block.mlp_proj, &grad_x2.view());
     let grad_u = k.gelu_backward(&tape.u.view(), &grad_g.view());
-    let (grad_h2, c_fc) = k.linear_backward(&tape.h2.view(), &block.c_fc, &grad_u.view());
+    let (grad_h2, c_fc) = k.dense_backward(&tape.h2.view(), &block.c_fc, &grad_u.view());
     let (grad_ln2, gamma, beta) =
-        k.layer_norm_backward(&tape.x1.view(), &block.ln_2, eps, &grad_h2.view());
+        k.norm_backward(&tape.x1.view(), &block.ln_2, eps, &grad_h2.view());
     grads.ln_2 = Norm { gamma, beta };
     let grad_x1 = grad_x2 + &grad_ln2;
     // x1 = x + attn_proj(y): the residual passes grad_x1 to x unchanged
     let (grad_y, attn_proj) =
-        k.linear_backward(&tape.y.view(), &block.attn_proj, &grad_x1.view());
+        k.dense_backward(&tape.y.view(), &block.attn_proj, &grad_x1.view());
     let grad_qkv =
         k.causal_attention_backward(&tape.qkv.view(), &tape.weights, &grad_y.view())?;
-    let (grad_h1, c_attn) =
-        k.linear_backward(&tape.h1.view(), &block.c_attn, &grad_qkv.view());
+    let (grad_h1, c_attn) = k.dense_backward(&tape.h1.view(), &block.c_attn, &grad_qkv.view());
     let (grad_ln1, gamma, beta) =
-        k.layer_norm_backward(&tape.x.view(), &block.ln_1, eps, &grad_h1.view());
+        k.norm_backward(&tape.x.view(), &block.ln_1, eps, &grad_h1.view());
     grads.ln_1 = Norm { gamma, beta };
     (grads.c_attn, grads.attn_proj, grads.c_fc, grads.mlp_proj) =
         (c_attn, attn_proj, c_fc, mlp_proj);

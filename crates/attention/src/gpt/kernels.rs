@@ -13,7 +13,7 @@
 //!   [`exp_f32`](crate::kernel::exp_f32), chapter 8's exponential. Fast, and accurate to
 //!   `f32`'s rounding, but its last bits depend on the processor.
 //!
-//! Anchors (below the doc comments): `kernels`, `linear`, `linear_backward`, `fast_gelu`.
+//! Anchors (below the doc comments): `kernels`, `dense`, `dense_backward`, `fast_gelu`.
 
 use ndarray::{Array1, Array2, Array4, ArrayView2, ArrayViewMut2, linalg::general_mat_mul, s};
 
@@ -39,9 +39,9 @@ pub trait Kernels<A: Float>: Sync {
     /// `a · b` for `a: (m, n)`, `b: (n, p)` (either may be a transposed view).
     fn matmul(&self, a: &ArrayView2<A>, b: &ArrayView2<A>) -> Array2<A>;
     /// Layer norm of every row.
-    fn layer_norm(&self, x: &ArrayView2<A>, norm: &Norm<A>, eps: f64) -> Result<Array2<A>>;
+    fn norm(&self, x: &ArrayView2<A>, norm: &Norm<A>, eps: f64) -> Result<Array2<A>>;
     /// Its backward pass: `(grad_x, grad_gamma, grad_beta)`.
-    fn layer_norm_backward(
+    fn norm_backward(
         &self,
         x: &ArrayView2<A>,
         norm: &Norm<A>,
@@ -81,15 +81,15 @@ pub trait Kernels<A: Float>: Sync {
     /// use ndarray::array;
     ///
     /// let dense = Dense { w: array![[1.0, 2.0], [3.0, 4.0]], b: array![0.5, 0.0] };
-    /// assert_eq!(Exact.linear(&array![[1.0, 1.0]].view(), &dense), array![[4.5, 6.0]]);
+    /// assert_eq!(Exact.dense(&array![[1.0, 1.0]].view(), &dense), array![[4.5, 6.0]]);
     /// ```
-    // ANCHOR: linear
-    fn linear(&self, x: &ArrayView2<A>, dense: &Dense<A>) -> Array2<A> {
+    // ANCHOR: dense
+    fn dense(&self, x: &ArrayView2<A>, dense: &Dense<A>) -> Array2<A> {
         let mut y = self.matmul(x, &dense.w.view());
         y.zip_mut_with(&dense.b, |y, &b| *y = *y + b); // the same shift on every row
         y
     }
-    // ANCHOR_END: linear
+    // ANCHOR_END: dense
 
     /// The gradients of `x · W + b`: `grad_x = grad_y · Wᵀ`, `grad_w = xᵀ · grad_y`,
     /// `grad_b` = column sums of `grad_y`.
@@ -100,13 +100,13 @@ pub trait Kernels<A: Float>: Sync {
     ///
     /// let dense = Dense { w: array![[1.0, 2.0], [3.0, 4.0]], b: array![0.0, 0.0] };
     /// let (x, grad_y) = (array![[1.0, -1.0]], array![[1.0, 0.0]]);
-    /// let (gx, g) = Exact.linear_backward(&x.view(), &dense, &grad_y.view());
+    /// let (gx, g) = Exact.dense_backward(&x.view(), &dense, &grad_y.view());
     /// assert_eq!(gx, array![[1.0, 3.0]]); // row 0 of W
     /// assert_eq!(g.w, array![[1.0, 0.0], [-1.0, 0.0]]);
     /// assert_eq!(g.b, array![1.0, 0.0]);
     /// ```
-    // ANCHOR: linear_backward
-    fn linear_backward(
+    // ANCHOR: dense_backward
+    fn dense_backward(
         &self,
         x: &ArrayView2<A>,
         dense: &Dense<A>,
@@ -116,7 +116,7 @@ pub trait Kernels<A: Float>: Sync {
         let grad_w = self.matmul(&x.t(), grad_y);
         (grad_x, Dense { w: grad_w, b: ops::column_sums(grad_y) })
     }
-    // ANCHOR_END: linear_backward
+    // ANCHOR_END: dense_backward
 }
 // ANCHOR_END: kernels
 
@@ -137,10 +137,10 @@ impl<A: Float> Kernels<A> for Exact {
     fn matmul(&self, a: &ArrayView2<A>, b: &ArrayView2<A>) -> Array2<A> {
         crate::exact::matmul(a, b).expect("the inner sizes agree")
     }
-    fn layer_norm(&self, x: &ArrayView2<A>, norm: &Norm<A>, eps: f64) -> Result<Array2<A>> {
+    fn norm(&self, x: &ArrayView2<A>, norm: &Norm<A>, eps: f64) -> Result<Array2<A>> {
         ops::layer_norm(x, norm, eps)
     }
-    fn layer_norm_backward(
+    fn norm_backward(
         &self,
         x: &ArrayView2<A>,
         norm: &Norm<A>,
@@ -302,12 +302,7 @@ impl Kernels<f32> for Fast {
         unsafe { c.assume_init() }
     }
 
-    fn layer_norm(
-        &self,
-        x: &ArrayView2<f32>,
-        norm: &Norm<f32>,
-        eps: f64,
-    ) -> Result<Array2<f32>> {
+    fn norm(&self, x: &ArrayView2<f32>, norm: &Norm<f32>, eps: f64) -> Result<Array2<f32>> {
         if norm.gamma.len() != x.ncols() || norm.beta.len() != x.ncols() {
             return ops::layer_norm(x, norm, eps); // the exact path names the mismatch
         }
@@ -324,7 +319,7 @@ impl Kernels<f32> for Fast {
         Ok(y)
     }
 
-    fn layer_norm_backward(
+    fn norm_backward(
         &self,
         x: &ArrayView2<f32>,
         norm: &Norm<f32>,

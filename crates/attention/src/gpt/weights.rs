@@ -22,7 +22,7 @@ use crate::float::Float;
 /// use ndarray::array;
 ///
 /// let dense = Dense { w: array![[1.0, 0.0, 2.0]], b: array![0.0, 1.0, 0.0] }; // (1, 3)
-/// assert_eq!(Exact.linear(&array![[3.0]].view(), &dense), array![[3.0, 1.0, 6.0]]);
+/// assert_eq!(Exact.dense(&array![[3.0]].view(), &dense), array![[3.0, 1.0, 6.0]]);
 /// ```
 #[derive(Debug, Clone, PartialEq)]
 pub struct Dense<A> {
@@ -261,11 +261,11 @@ impl<A: Float> Gpt<A> {
     ///
     /// let mut gpt = Gpt::<f32>::zeros(GptConfig::shakespeare(65));
     /// gpt.blocks[2].c_fc.b[5] = 0.1;
-    /// let wide: Gpt<f64> = gpt.map(f64::from);
+    /// let wide: Gpt<f64> = gpt.map_weights(f64::from);
     /// assert_eq!(wide.blocks[2].c_fc.b[5], 0.1f32 as f64);
-    /// assert_eq!(wide.map(|x| x as f32), gpt);
+    /// assert_eq!(wide.map_weights(|x| x as f32), gpt);
     /// ```
-    pub fn map<B: Float>(&self, f: impl Fn(A) -> B) -> Gpt<B> {
+    pub fn map_weights<B: Float>(&self, f: impl Fn(A) -> B) -> Gpt<B> {
         let dense = |d: &Dense<A>| Dense { w: d.w.mapv(&f), b: d.b.mapv(&f) };
         let norm = |n: &Norm<A>| Norm { gamma: n.gamma.mapv(&f), beta: n.beta.mapv(&f) };
         Gpt {
