@@ -31,6 +31,8 @@
 //! vocabulary or shape, corrupt or truncated) stop the tool with one line `error: ...` and
 //! exit code 1, before anything is written; a bad command line with clap's message and 2.
 
+#[path = "common/allocator.rs"]
+mod allocator;
 #[allow(dead_code)] // the module's other printers serve the chapter examples
 #[path = "common/stdout.rs"]
 mod stdout;
@@ -129,7 +131,7 @@ struct LogLine {
 }
 
 fn main() -> ExitCode {
-    keep_freed_memory();
+    allocator::keep_freed_memory();
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) => {
@@ -160,18 +162,6 @@ fn main() -> ExitCode {
             eprintln!("error: {message}");
             ExitCode::from(1)
         }
-    }
-}
-
-/// Asks glibc's allocator to keep the memory a training step frees for the next step,
-/// instead of handing its large blocks back to the system and faulting fresh pages in again
-/// (with glibc's defaults that costs about a quarter of a step). No effect elsewhere.
-fn keep_freed_memory() {
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    // SAFETY: mallopt only changes two thresholds of the allocator, before any thread starts.
-    unsafe {
-        libc::mallopt(libc::M_MMAP_THRESHOLD, 32 << 20); // blocks up to 32 MiB from the heap
-        libc::mallopt(libc::M_TRIM_THRESHOLD, 1 << 30); // and the heap not trimmed below 1 GiB
     }
 }
 
@@ -207,6 +197,7 @@ pub fn run(cli: &Cli, stop: &AtomicUsize) -> Result<u8, String> {
     for &step in &cli.snapshot_at {
         check_out_folder(&snapshot_folder(&out, step as usize))?;
     }
+    check_writable(&out)?;
 
     // The model, the optimizer and the run so far: fresh, or from the checkpoint.
     let (mut gpt, mut adamw, mut state) = match &cli.resume {
@@ -467,6 +458,21 @@ fn check_out_folder(out: &Path) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+/// Whether a checkpoint can be swapped in at `out`, found before training rather than at the
+/// first save: a probe folder is made, and removed, where the swap would make its own (beside
+/// `out`, or in the nearest folder that exists above it).
+fn check_writable(out: &Path) -> Result<(), String> {
+    let mut above = out.parent();
+    while let Some(dir) = above.filter(|d| !d.as_os_str().is_empty() && !d.exists()) {
+        above = dir.parent();
+    }
+    let dir = above.filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let probe = dir.join(format!(".train-probe.{}", std::process::id()));
+    fs::create_dir(&probe)
+        .and_then(|()| fs::remove_dir(&probe))
+        .map_err(|e| format!("{}: cannot write the checkpoint: {e}", out.display()))
 }
 
 /// A checkpoint set aside by a swap that never finished (`.NAME.PID.old` beside `out`).

@@ -192,6 +192,19 @@ fn a_folder_that_is_not_a_checkpoint_is_refused() {
     assert!(Path::new(&text).exists());
 }
 
+/// A folder the checkpoint cannot be written to is found before training, not at the first
+/// save (here `--out` lies inside a file; a read-only folder would not stop root).
+#[test]
+fn an_out_folder_that_cannot_be_written_is_refused_before_training() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = corpus(dir.path());
+    let out = Path::new(&text).join("run");
+    let err = run(&["--corpus", &text, "--steps", "2", "--out", out.to_str().unwrap()])
+        .unwrap_err();
+    assert!(err.contains("run: cannot write the checkpoint: "), "{err}");
+    assert!(Path::new(&text).is_file());
+}
+
 #[test]
 fn a_checkpoint_from_another_text_or_a_broken_one_is_refused() {
     let dir = tempfile::tempdir().unwrap();

@@ -52,8 +52,61 @@ use safetensors::tensor::TensorView;
 use serde::Deserialize;
 use serde_json::json;
 
+use attention::gpt::kernels::{Exact, Fast};
+use attention::gpt::sample::sample;
+use attention::gpt::train::evaluate;
+use rand::{SeedableRng, rngs::StdRng};
+
 use crate::error::{PretrainedError, Result};
 use crate::weights::Tensors;
+
+/// What `gpt` writes after `prompt`: `n` characters drawn at temperature 1 with a generator
+/// seeded by `seed`, on the exact path ([`Exact`]), so the same text on every machine (with
+/// this `Cargo.lock`). An error names a prompt character the vocabulary lacks.
+///
+/// The crate's [`sample`] for `f32`, compiled here, in a crate the book optimises even in
+/// debug builds, so that tests and chapter examples do not run it unoptimised.
+///
+/// ```
+/// use pretrained::{gpt2, shakespeare_dir};
+///
+/// let (gpt, vocab) = gpt2::load(&shakespeare_dir()).unwrap();
+/// let text = gpt2::write(&gpt, &vocab, "ROMEO:\n", 12, 0).unwrap();
+/// assert_eq!(text, "That themoy ");
+/// assert!(gpt2::write(&gpt, &vocab, "ROMEO{", 12, 0).is_err()); // no '{' in Shakespeare
+/// ```
+pub fn write(
+    gpt: &Gpt<f32>,
+    vocab: &CharVocab,
+    prompt: &str,
+    n: usize,
+    seed: u64,
+) -> Result<String> {
+    let prompt = vocab.encode(prompt)?;
+    let ids = sample(gpt, &Exact, &prompt, n, 1.0, &mut StdRng::seed_from_u64(seed))?;
+    Ok(vocab.decode(&ids))
+}
+
+/// The mean next-character loss of `gpt` over every position of the validation text of
+/// `corpus` (its last 10 %, as the `train` tool splits it), on the fast path ([`Fast`]): what
+/// the training log records as `val_loss`. The crate's [`evaluate`], compiled here (see
+/// [`write`]).
+///
+/// ```
+/// use attention::gpt::{config::GptConfig, data::CharVocab, weights::Gpt};
+/// use pretrained::gpt2;
+///
+/// let corpus = "to be or not to be, that is the question";
+/// let vocab = CharVocab::from_text(corpus).unwrap();
+/// let config = GptConfig { n_layer: 1, n_embd: 8, n_head: 2, block_size: 4, ..GptConfig::shakespeare(vocab.len()) };
+/// let gpt = Gpt::<f32>::zeros(config); // equal logits: exactly ln V
+/// let loss = gpt2::validation_loss(&gpt, &vocab, corpus).unwrap();
+/// assert!((loss - (vocab.len() as f64).ln()).abs() < 1e-6);
+/// ```
+pub fn validation_loss(gpt: &Gpt<f32>, vocab: &CharVocab, corpus: &str) -> Result<f64> {
+    let ids = vocab.encode(corpus)?;
+    Ok(evaluate(gpt, &Fast, &ids[ids.len() * 9 / 10..], 64)?)
+}
 
 /// The sizes and settings, as transformers' `GPT2Config` writes them.
 ///
