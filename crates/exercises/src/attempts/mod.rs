@@ -21,3 +21,4 @@ mod ch11;
 mod ch12;
 mod ch13;
 mod ch14;
+mod ch15;
