@@ -87,6 +87,7 @@ chapters! {
     ch12 => "../examples/ch12_learning.rs",
     ch13 => "../examples/ch13_real_model.rs",
     ch14 => "../examples/ch14_gpu.rs",
+    ch15 => "../examples/ch15_writing.rs",
 }
 
 #[path = "../examples/common/mod.rs"]

@@ -322,25 +322,28 @@ fn block_backward<A: Float, K: Kernels<A>>(
     grads: &mut Block<A>,
 ) -> Result<Array2<A>> {
     // x2 = x1 + mlp_proj(g): the residual passes grad_x2 to x1 unchanged
-    let (grad_g, mlp_proj) =
+    let (grad_g, grad_mlp_proj) =
         k.dense_backward(&tape.g.view(), &block.mlp_proj, &grad_x2.view());
     let grad_u = k.gelu_backward(&tape.u.view(), &grad_g.view());
-    let (grad_h2, c_fc) = k.dense_backward(&tape.h2.view(), &block.c_fc, &grad_u.view());
-    let (grad_ln2, gamma, beta) =
+    let (grad_h2, grad_c_fc) = k.dense_backward(&tape.h2.view(), &block.c_fc, &grad_u.view());
+    let (grad_ln2, grad_gamma, grad_beta) =
         k.norm_backward(&tape.x1.view(), &block.ln_2, eps, &grad_h2.view());
-    grads.ln_2 = Norm { gamma, beta };
+    grads.ln_2 = Norm { gamma: grad_gamma, beta: grad_beta };
     let grad_x1 = grad_x2 + &grad_ln2;
     // x1 = x + attn_proj(y): the residual passes grad_x1 to x unchanged
-    let (grad_y, attn_proj) =
+    let (grad_y, grad_attn_proj) =
         k.dense_backward(&tape.y.view(), &block.attn_proj, &grad_x1.view());
     let grad_qkv =
         k.causal_attention_backward(&tape.qkv.view(), &tape.weights, &grad_y.view())?;
-    let (grad_h1, c_attn) = k.dense_backward(&tape.h1.view(), &block.c_attn, &grad_qkv.view());
-    let (grad_ln1, gamma, beta) =
+    let (grad_h1, grad_c_attn) =
+        k.dense_backward(&tape.h1.view(), &block.c_attn, &grad_qkv.view());
+    let (grad_ln1, grad_gamma, grad_beta) =
         k.norm_backward(&tape.x.view(), &block.ln_1, eps, &grad_h1.view());
-    grads.ln_1 = Norm { gamma, beta };
-    (grads.c_attn, grads.attn_proj, grads.c_fc, grads.mlp_proj) =
-        (c_attn, attn_proj, c_fc, mlp_proj);
+    grads.ln_1 = Norm { gamma: grad_gamma, beta: grad_beta };
+    grads.c_attn = grad_c_attn;
+    grads.attn_proj = grad_attn_proj;
+    grads.c_fc = grad_c_fc;
+    grads.mlp_proj = grad_mlp_proj;
     Ok(grad_x1 + &grad_ln1)
 }
 // ANCHOR_END: block_backward

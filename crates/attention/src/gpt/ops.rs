@@ -108,14 +108,14 @@ pub fn layer_norm_backward<A: Float>(
 /// assert!((gelu_derivative(8.0_f64) - 1.0).abs() < 1e-12);
 /// assert!(gelu_derivative(-8.0_f64).abs() < 1e-12);
 /// ```
-// ANCHOR: gelu_backward
+// ANCHOR: gelu_derivative
 pub fn gelu_derivative<A: Float>(u: A) -> A {
     let u = to_f64(u);
     let cdf = 0.5 * (1.0 + libm::erf(u * std::f64::consts::FRAC_1_SQRT_2));
     let pdf = libm::exp(-0.5 * u * u) / (2.0 * std::f64::consts::PI).sqrt();
     A::from_f64_lossy(cdf + u * pdf)
 }
-// ANCHOR_END: gelu_backward
+// ANCHOR_END: gelu_derivative
 
 /// GELU of every entry: chapter 13's [`gelu`].
 ///

@@ -3,8 +3,8 @@
 //! The model gives, after any context, a score (logit) for every token of the vocabulary.
 //! To write, turn the last position's scores into probabilities, `softmax(z / τ)` with a
 //! temperature `τ` (below 1 sharper, above 1 flatter), draw a token from them, append it,
-//! and go again with the context cropped to the model's `block_size`. Chapter 16 makes
-//! this fast with a cache; here every step runs the model on the whole context again.
+//! and go again with the context cropped to the model's `block_size`. Chapter 10's KV
+//! cache would make this fast; here every step runs the model on the whole context again.
 //!
 //! Anchors (below the doc comments): `sample`, `draw`.
 

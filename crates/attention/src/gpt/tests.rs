@@ -70,6 +70,7 @@ fn every_gradient_matches_finite_differences() {
     assert!(worst > 0.0, "some difference must be measured: {worst}");
 }
 
+// ANCHOR: mean_terms
 /// Layer norm's backward without the two mean terms is the classic mistake: it is what the
 /// derivative would be if the mean and the variance did not depend on x.
 #[test]
@@ -107,6 +108,7 @@ fn layer_norm_backward_needs_its_mean_terms() {
     let wrong_err = (&wrong - &numeric).mapv(f64::abs).fold(0.0, |a: f64, &b| a.max(b));
     assert!(wrong_err > 0.1, "the mistake must be caught: {wrong_err}");
 }
+// ANCHOR_END: mean_terms
 
 #[test]
 fn without_bias_the_shifts_are_not_trained_but_still_exist() {
