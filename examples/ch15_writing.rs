@@ -390,6 +390,22 @@ fn report() -> Result<String, Box<dyn Error>> {
     Ok(out)
 }
 
+/// The widest line the book's code column shows.
+const PAGE: usize = 95;
+
+/// `text` with every line wider than the page broken, each break marked with `↩`.
+pub fn fit_page(text: &str) -> String {
+    let lines = text.split('\n').map(|line| {
+        let chars: Vec<char> = line.chars().collect();
+        if chars.len() <= PAGE {
+            return line.to_string();
+        }
+        let pieces: Vec<String> = chars.chunks(PAGE - 1).map(|c| c.iter().collect()).collect();
+        pieces.join("↩\n")
+    });
+    lines.collect::<Vec<_>>().join("\n")
+}
+
 /// Where a training step's time goes, from the committed profile.
 fn profile_report() -> Result<String, Box<dyn Error>> {
     let mut out = String::new();
@@ -424,7 +440,7 @@ fn samples_report() -> Result<String, Box<dyn Error>> {
     )?;
     for step in SAMPLE_STEPS {
         writeln!(out, "-- after {step} steps --")?;
-        writeln!(out, "{PROMPT}{}", writes(step)?)?;
+        writeln!(out, "{}", fit_page(&format!("{PROMPT}{}", writes(step)?)))?;
     }
     Ok(out)
 }
@@ -738,7 +754,7 @@ fn profile_csv(profile: &BTreeMap<String, f64>, steps: usize) -> String {
     let (cpu, features) = timing::machine();
     let mut out = format!("# CPU: {cpu}; {features}\n");
     out += &format!(
-        "# one thread, fast f32 path, batches of 12 × 64 characters; median of {steps} steps after 2 warm-up steps\n"
+        "# one thread, fast f32 path, batches of 12 × 64; median of {steps} steps after 2 warm-up\n"
     );
     out += "what,value\n";
     for (k, v) in profile {

@@ -273,8 +273,8 @@ pub fn run(cli: &Cli, stop: &AtomicUsize) -> Result<u8, String> {
         eprintln!("note: a debug build trains about 30 times slower: add --release");
     }
     stdout::line(format_args!(
-        "{} characters ({} for training, {} for validation), vocabulary {}; {} parameters; \
-         steps {}..{} into {}",
+        "{} characters ({} for training, {} for validation), vocabulary {};\n\
+         {} parameters; steps {}..{} into {}",
         ids.len(),
         train.len(),
         val.len(),

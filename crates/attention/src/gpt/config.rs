@@ -72,6 +72,7 @@ impl GptConfig {
     ///     "GPT config: n_embd = 128 is not a multiple of n_head = 3"
     /// );
     /// ```
+    // ANCHOR: config_validate
     pub fn validate(&self) -> Result<()> {
         let invalid =
             |problem: String| AttentionError::Invalid { what: "GPT config".into(), problem };
@@ -98,6 +99,7 @@ impl GptConfig {
         }
         Ok(())
     }
+    // ANCHOR_END: config_validate
 
     /// The width of one head, `n_embd / n_head`.
     ///
@@ -203,6 +205,7 @@ impl GptConfig {
 }
 
 /// The GPT-2 names of the tensors of a model of `blocks` blocks, in order.
+// ANCHOR: tensor_names
 pub(super) fn tensor_names(blocks: usize) -> Vec<String> {
     let mut names =
         vec!["transformer.wte.weight".to_string(), "transformer.wpe.weight".into()];
@@ -214,6 +217,7 @@ pub(super) fn tensor_names(blocks: usize) -> Vec<String> {
     names.extend(["transformer.ln_f.weight".to_string(), "transformer.ln_f.bias".into()]);
     names
 }
+// ANCHOR_END: tensor_names
 
 /// The tensors of one block, after its prefix `transformer.h.{i}.`, in GPT-2's names.
 const BLOCK_TENSORS: [&str; 12] = [

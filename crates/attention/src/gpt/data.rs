@@ -123,9 +123,11 @@ impl CharVocab {
     ///
     /// assert_eq!(CharVocab::from_text("ba").unwrap().chars(), &['a', 'b']);
     /// ```
+    // ANCHOR: vocab_chars
     pub fn chars(&self) -> &[char] {
         &self.chars
     }
+    // ANCHOR_END: vocab_chars
 
     /// The number of characters, `V`.
     ///

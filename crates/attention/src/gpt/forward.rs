@@ -90,6 +90,7 @@ impl<A: Float> Gpt<A> {
     /// let fast = gpt.logits_with(&Fast, &tokens.view()).unwrap();
     /// assert!((exact - fast).iter().all(|d| d.abs() < 1e-5));
     /// ```
+    // ANCHOR: logits_with
     pub fn logits_with<K: Kernels<A>>(
         &self,
         k: &K,
@@ -99,6 +100,7 @@ impl<A: Float> Gpt<A> {
         let (b, t) = tokens.dim();
         Ok(logits.into_shape_with_order((b, t, self.config.vocab_size)).expect("B·T rows"))
     }
+    // ANCHOR_END: logits_with
 
     /// The mean next-token cross-entropy over every position of `tokens: (B, T)`, the target
     /// of position `i` being `targets[(b, i)]`.
@@ -135,6 +137,7 @@ impl<A: Float> Gpt<A> {
     /// let exact = gpt.loss_with(&Exact, &x.view(), &y.view()).unwrap();
     /// assert!((exact - gpt.loss_with(&Fast, &x.view(), &y.view()).unwrap()).abs() < 1e-5);
     /// ```
+    // ANCHOR: loss_with
     pub fn loss_with<K: Kernels<A>>(
         &self,
         k: &K,
@@ -145,6 +148,7 @@ impl<A: Float> Gpt<A> {
         let (logits, _) = self.forward_tape(k, tokens)?;
         Ok(k.cross_entropy(&logits.view(), &targets)?.0)
     }
+    // ANCHOR_END: loss_with
 
     /// The loss of [`Gpt::loss`] and its gradient with respect to every weight, as a model of
     /// the same shape (`grads.blocks[0].c_attn.w` is `∂ℓ/∂W` of the first block's `c_attn`).
@@ -243,6 +247,7 @@ impl<A: Float> Gpt<A> {
     // ANCHOR_END: gpt_forward
 
     /// `(B, T)` from `tokens`, or an error naming the problem.
+    // ANCHOR: check_tokens
     fn check_tokens(&self, tokens: &ArrayView2<usize>) -> Result<(usize, usize)> {
         let (batch, t) = tokens.dim();
         let c = &self.config;
@@ -271,9 +276,11 @@ impl<A: Float> Gpt<A> {
         }
         Ok((batch, t))
     }
+    // ANCHOR_END: check_tokens
 }
 
 /// The targets as one list, row-major, after checking that they are as many as the tokens.
+// ANCHOR: check_targets
 fn check_targets(
     tokens: &ArrayView2<usize>,
     targets: &ArrayView2<usize>,
@@ -287,6 +294,7 @@ fn check_targets(
     }
     Ok(targets.iter().copied().collect())
 }
+// ANCHOR_END: check_targets
 
 /// One pre-LN block: `x1 = x + attn(ln_1(x))`, `x2 = x1 + mlp(ln_2(x1))`.
 // ANCHOR: block_forward

@@ -37,9 +37,11 @@ use crate::mask::Mask;
 /// let y = layer_norm(&array![[1.0, 3.0]].view(), &norm, 1e-12).unwrap();
 /// assert!((y[[0, 0]] + 1.0_f64).abs() < 1e-9 && (y[[0, 1]] - 1.0).abs() < 1e-9);
 /// ```
+// ANCHOR: layer_norm
 pub fn layer_norm<A: Float>(x: &ArrayView2<A>, norm: &Norm<A>, eps: f64) -> Result<Array2<A>> {
     LayerNorm::new(norm.gamma.clone(), norm.beta.clone(), eps)?.apply(x)
 }
+// ANCHOR_END: layer_norm
 
 /// The gradients of layer norm `y = x̂·γ + β`, `x̂ = (x − μ)/σ`, `σ = √(var + ε)`, from
 /// `grad_y: (N, d)`: `(grad_x, grad_gamma, grad_beta)`.
@@ -154,6 +156,7 @@ pub fn gelu_backward<A: Float>(u: &ArrayView2<A>, grad_g: &ArrayView2<A>) -> Arr
 ///
 /// assert_eq!(column_sums(&array![[1.0, 2.0], [3.0, 4.0]].view()), array![4.0, 6.0]);
 /// ```
+// ANCHOR: column_sums
 pub fn column_sums<A: Float>(a: &ArrayView2<A>) -> Array1<A> {
     let mut sums = Array1::zeros(a.ncols());
     for row in a.rows() {
@@ -161,6 +164,7 @@ pub fn column_sums<A: Float>(a: &ArrayView2<A>) -> Array1<A> {
     }
     sums
 }
+// ANCHOR_END: column_sums
 
 /// Causal multi-head attention over a batch laid out as GPT-2 lays it out: `qkv: (B·T, 3d)`
 /// holds each token's query, key and value side by side, each split into `heads` heads of
@@ -224,6 +228,7 @@ pub fn causal_attention_backward<A: Float>(
 type QkvHeads<A> = (Array4<A>, Array4<A>, Array4<A>, usize);
 
 /// `qkv: (B·T, 3d)` → `Q`, `K`, `V`, each `(B, heads, T, d/heads)`, and `T`.
+// ANCHOR: heads
 fn split_qkv<A: Float>(
     qkv: &ArrayView2<A>,
     batch: usize,
@@ -257,6 +262,7 @@ fn merge<A: Float>(x: &Array4<A>) -> Array2<A> {
     let x = x.view().permuted_axes([0, 2, 1, 3]).as_standard_layout().into_owned();
     x.into_shape_with_order((b * t, h * d_head)).expect("the same number of entries")
 }
+// ANCHOR_END: heads
 
 /// The mean cross-entropy of next-token predictions, and its gradient: for `logits: (N, V)`
 /// and the `N` target ids, `ℓ = mean over rows of (log Σ_j e^(z_j) − z_target)`, and
@@ -319,6 +325,7 @@ pub fn cross_entropy<A: Float>(
 /// let g = array![[1.0], [2.0], [10.0], [20.0]]; // B = 2, T = 2
 /// assert_eq!(sum_over_batch(&g.view(), 2), array![[11.0], [22.0]]);
 /// ```
+// ANCHOR: sum_over_batch
 pub fn sum_over_batch<A: Float>(x: &ArrayView2<A>, t: usize) -> Array2<A> {
     let mut out = Array2::zeros((t, x.ncols()));
     for chunk in x.axis_chunks_iter(Axis(0), t) {
@@ -326,3 +333,4 @@ pub fn sum_over_batch<A: Float>(x: &ArrayView2<A>, t: usize) -> Array2<A> {
     }
     out
 }
+// ANCHOR_END: sum_over_batch

@@ -85,9 +85,11 @@ impl<A: Float> AdamW<A> {
     ///
     /// assert_eq!(AdamW::nanogpt(&Gpt::<f32>::zeros(GptConfig::shakespeare(65))).steps(), 0);
     /// ```
+    // ANCHOR: adamw_steps
     pub fn steps(&self) -> usize {
         self.steps
     }
+    // ANCHOR_END: adamw_steps
 
     /// The first and second moments, one tensor each per tensor of the model, in the order
     /// of [`Gpt::tensors`] (PyTorch's `exp_avg` and `exp_avg_sq`): what a checkpoint saves

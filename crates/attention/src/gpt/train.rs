@@ -77,9 +77,11 @@ impl TrainConfig {
     ///
     /// assert_eq!(TrainConfig::nanogpt().lr_at(2000), 1e-4);
     /// ```
+    // ANCHOR: lr_at
     pub fn lr_at(&self, step: usize) -> f64 {
         learning_rate(step, self.warmup, self.steps, self.lr, self.min_lr)
     }
+    // ANCHOR_END: lr_at
 }
 
 /// The loss and gradient of a batch, the batch split into groups of `⌈B/parts⌉` contexts
@@ -129,7 +131,7 @@ pub fn parallel_grads<A: Float, K: Kernels<A>>(
     let mut loss = 0.0;
     for ((x, _), result) in chunks.iter().zip(results) {
         let (part_loss, grads) = result?;
-        let share = x.nrows() as f64 / batch as f64; // each part's loss is a mean over its tokens
+        let share = x.nrows() as f64 / batch as f64; // each part's loss: a mean over its part
         loss += share * part_loss;
         for ((_, mut sum), (_, g)) in total.tensors_mut().into_iter().zip(grads.tensors()) {
             sum.zip_mut_with(&g, |s, &g| {

@@ -156,6 +156,7 @@ impl<A: Float> Gpt<A> {
     /// let z = Gpt::<f64>::zeros(GptConfig::shakespeare(65));
     /// assert!(z.tensors().iter().all(|(_, t)| t.iter().all(|&x| x == 0.0)));
     /// ```
+    // ANCHOR: gpt_zeros
     pub fn zeros(config: GptConfig) -> Self {
         let (v, t, d) = (config.vocab_size, config.block_size, config.n_embd);
         let dense =
@@ -179,6 +180,7 @@ impl<A: Float> Gpt<A> {
             ln_f: norm(),
         }
     }
+    // ANCHOR_END: gpt_zeros
 
     /// Every tensor with its name in Hugging Face's GPT-2 layout (`transformer.wte.weight`,
     /// `transformer.h.0.attn.c_attn.weight`, …), in a fixed order: the tables, each block,
@@ -194,6 +196,7 @@ impl<A: Float> Gpt<A> {
     /// assert_eq!(names[4], "transformer.h.0.attn.c_attn.weight");
     /// assert_eq!(names[51], "transformer.ln_f.bias");
     /// ```
+    // ANCHOR: gpt_tensors
     pub fn tensors(&self) -> Vec<(String, ArrayViewD<'_, A>)> {
         let mut out = vec![self.wte.view().into_dyn(), self.wpe.view().into_dyn()];
         for b in &self.blocks {
@@ -215,6 +218,7 @@ impl<A: Float> Gpt<A> {
         out.extend([self.ln_f.gamma.view().into_dyn(), self.ln_f.beta.view().into_dyn()]);
         tensor_names(self.blocks.len()).into_iter().zip(out).collect() // the blocks there are
     }
+    // ANCHOR_END: gpt_tensors
 
     /// The tensors of [`Gpt::tensors`], mutable, in the same order and with the same names.
     ///
@@ -227,6 +231,7 @@ impl<A: Float> Gpt<A> {
     /// }
     /// assert_eq!(gpt.blocks[0].mlp_proj.b[0], 1.0);
     /// ```
+    // ANCHOR: gpt_tensors_mut
     pub fn tensors_mut(&mut self) -> Vec<(String, ArrayViewMutD<'_, A>)> {
         let names = tensor_names(self.blocks.len());
         let mut out = vec![self.wte.view_mut().into_dyn(), self.wpe.view_mut().into_dyn()];
@@ -252,6 +257,7 @@ impl<A: Float> Gpt<A> {
         ]);
         names.into_iter().zip(out).collect()
     }
+    // ANCHOR_END: gpt_tensors_mut
 
     /// The same model with every number passed through `f`, the config unchanged: with
     /// `f64::from`, an `f32` model (as a checkpoint stores it) widened exactly to `f64`.
@@ -298,7 +304,9 @@ impl<A: Float> Gpt<A> {
     /// assert!(gpt.is_trained("transformer.h.0.ln_1.weight"));
     /// assert!(!gpt.is_trained("transformer.h.0.ln_1.bias"));
     /// ```
+    // ANCHOR: is_trained
     pub fn is_trained(&self, name: &str) -> bool {
         self.config.bias || !name.ends_with(".bias")
     }
+    // ANCHOR_END: is_trained
 }
