@@ -28,7 +28,7 @@
 //!   left.
 //!
 //! Errors (a corpus missing, empty, not UTF-8 text, or too short; a checkpoint from another
-//! vocabulary or shape, corrupt or truncated) stop the tool with one line `error: ...` and
+//! vocabulary or shape, corrupt or truncated; an `--out` that cannot be written) stop the tool with one line `error: ...` and
 //! exit code 1, before anything is written; a bad command line with clap's message and 2.
 
 #[path = "common/allocator.rs"]
@@ -470,9 +470,9 @@ fn check_writable(out: &Path) -> Result<(), String> {
     }
     let dir = above.filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
     let probe = dir.join(format!(".train-probe.{}", std::process::id()));
-    fs::create_dir(&probe)
-        .and_then(|()| fs::remove_dir(&probe))
-        .map_err(|e| format!("{}: cannot write the checkpoint: {e}", out.display()))
+    fs::create_dir(&probe).and_then(|()| fs::remove_dir(&probe)).map_err(|e| {
+        format!("{}: cannot write a checkpoint in {}: {e}", out.display(), dir.display())
+    })
 }
 
 /// A checkpoint set aside by a swap that never finished (`.NAME.PID.old` beside `out`).
