@@ -28,8 +28,9 @@
 //!   left.
 //!
 //! Errors (a corpus missing, empty, not UTF-8 text, or too short; a checkpoint from another
-//! vocabulary or shape, corrupt or truncated; an `--out` that cannot be written) stop the tool with one line `error: ...` and
-//! exit code 1, before anything is written; a bad command line with clap's message and 2.
+//! vocabulary or shape, corrupt or truncated; an `--out` that cannot be written) stop the
+//! tool with one line `error: ...` and exit code 1, before anything is written; a bad command
+//! line with clap's message and 2.
 
 #[path = "common/allocator.rs"]
 mod allocator;
