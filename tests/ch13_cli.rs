@@ -81,6 +81,7 @@ fn compare_runs_and_rejects_an_empty_text() {
 #[test]
 fn an_empty_sentence_is_an_error() {
     assert_eq!(error_of(&[""]), "the text \"\" has no tokens: there is nothing to embed");
+    assert_eq!(error_of(&["--time", ""]), "the text \"\" has no tokens: there is nothing to embed");
 }
 
 #[test]
@@ -103,6 +104,8 @@ fn another_bert_directory_runs() {
     let tiny = Path::new(env!("CARGO_MANIFEST_DIR")).join("crates/pretrained/tests/fixtures/tiny-bert/model");
     ch13::main_with(cli(&["--model", tiny.to_str().unwrap()])).unwrap();
     ch13::main_with(cli(&["--model", tiny.to_str().unwrap(), "--compare", "the cat", "a dog"])).unwrap();
+    // Both paths, timed (the tiny model runs them in milliseconds).
+    ch13::main_with(cli(&["--model", tiny.to_str().unwrap(), "--time", "the cat sat"])).unwrap();
 }
 
 #[test]

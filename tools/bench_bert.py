@@ -16,10 +16,12 @@ the ids are prepared once, outside the timing). Each measurement is the median w
 of --runs calls (50) after --warmup calls (5).
 
 --compare also runs `cargo run --release --example ch13_real_model -- --time "SENTENCE"`, which
-times our forward pass of the same sentence and prints a line containing `median X ms`
-(RAYON_NUM_THREADS and MATMUL_NUM_THREADS are set to --threads for it). With --rounds N, the
-two sides alternate N times, ours first, so that a change in the machine's load affects both
-alike; each side's best median is reported, and the ratio ours / PyTorch (below 1: ours is
+times our two forward passes of the same sentence, taking turns, and prints a line
+`fast path: median X ms` (the weights packed once, chapter 15's f32 kernels: what is compared
+with PyTorch) and a line `exact path: median Y ms` (the path the chapter's figures come from);
+RAYON_NUM_THREADS and MATMUL_NUM_THREADS are set to --threads for it. With --rounds N, ours
+and PyTorch alternate N times, ours first, so that a change in the machine's load affects both
+alike; each side's best median is reported, and the ratios ours / PyTorch (below 1: ours is
 faster).
 
 The machine's other load shows up in every number: close other programs, and rerun when the
@@ -95,21 +97,25 @@ def torch_median_ms(tok, model, sentence, runs, warmup):
     return statistics.median(times)
 
 
-def our_median_ms(sentence, threads):
+def our_medians_ms(sentence, threads):
+    """Our fast path's and exact path's median times, in ms."""
     command = ["cargo", "run", "--quiet", "--release", "--example", "ch13_real_model", "--", "--time", sentence]
     env = dict(os.environ, RAYON_NUM_THREADS=str(threads), MATMUL_NUM_THREADS=str(threads))
     done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True)
     if done.returncode != 0:
         sys.exit(f"error: {' '.join(command)} failed ({done.returncode}):\n{done.stderr.strip()}")
-    match = re.search(r"median\s+([0-9]+(?:\.[0-9]*)?(?:[eE][-+]?[0-9]+)?)\s*ms", done.stdout)
-    if match is None:
-        sys.exit(f"error: no `median X ms` in the output of {' '.join(command)}:\n{done.stdout.strip()}")
-    return float(match.group(1))
+    medians = []
+    for path in ("fast", "exact"):
+        match = re.search(path + r" path:\s+median\s+([0-9]+(?:\.[0-9]*)?(?:[eE][-+]?[0-9]+)?)\s*ms", done.stdout)
+        if match is None:
+            sys.exit(f"error: no `{path} path: median X ms` in the output of {' '.join(command)}:\n{done.stdout.strip()}")
+        medians.append(float(match.group(1)))
+    return tuple(medians)
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--compare", action="store_true", help="also time ours (cargo run --release --example ch13_real_model -- --time)")
+    parser.add_argument("--compare", action="store_true", help="also time ours, both paths (cargo run --release --example ch13_real_model -- --time)")
     parser.add_argument("--rounds", type=int, default=1, help="interleaved rounds of ours and PyTorch; the best median of each is reported")
     parser.add_argument("--runs", type=int, default=50, help="timed calls per median (default 50)")
     parser.add_argument("--warmup", type=int, default=5, help="untimed calls first (default 5)")
@@ -130,22 +136,22 @@ def main():
     print(f"sentence: {args.sentence!r} ({tokens} tokens with [CLS] and [SEP])")
     print(f"forward pass, f32, median of {args.runs} runs after {args.warmup} warm-up runs, {args.rounds} round(s)")
 
-    ours, theirs = [], []
+    fast, exact, theirs = [], [], []
     for r in range(args.rounds):
         if args.compare:
-            ours.append(our_median_ms(args.sentence, args.threads))
+            ours = our_medians_ms(args.sentence, args.threads)
+            fast.append(ours[0])
+            exact.append(ours[1])
         theirs.append(torch_median_ms(tok, model, args.sentence, args.runs, args.warmup))
         line = f"round {r + 1}: PyTorch {theirs[-1]:.3f} ms"
         if args.compare:
-            line += f", ours {ours[-1]:.3f} ms"
+            line += f", ours {fast[-1]:.3f} ms (fast path), {exact[-1]:.3f} ms (exact path)"
         print(line)
     best_torch = min(theirs)
-    print(f"PyTorch: best median {best_torch:.3f} ms")
+    print(f"PyTorch:          best median {best_torch:.3f} ms")
     if args.compare:
-        best_ours = min(ours)
-        print(f"ours:    best median {best_ours:.3f} ms")
-        print(f"ratio ours / PyTorch: {best_ours / best_torch:.3f}")
-
+        for name, times in (("fast path", fast), ("exact path", exact)):
+            print(f"ours, {name + ':':<11} best median {min(times):.3f} ms, ratio ours / PyTorch {min(times) / best_torch:.3f}")
 
 if __name__ == "__main__":
     main()

@@ -15,6 +15,7 @@ use std::sync::Arc;
 use attention::embeddings::EmbeddingTable;
 use attention::encoder::{EncoderLayer, EncoderOutput};
 use attention::feed_forward::FeedForward;
+use attention::gpt::packed::FastEncoderLayer;
 use attention::layer_norm::LayerNorm;
 use attention::mask::Mask;
 use attention::multihead::MultiHeadAttention;
@@ -394,6 +395,65 @@ impl Bert {
             lengths.push(ids.len());
         }
         Ok(lengths)
+    }
+}
+
+/// A [`Bert`] for one sentence at a time on the fast `f32` path
+/// ([`FastEncoderLayer`]): the last hidden states only, agreeing with [`Bert::forward`]'s to
+/// `f32`'s rounding. What `ch13_real_model --time` times against transformers.
+///
+/// ```
+/// use pretrained::Bert;
+///
+/// let bert = Bert::load(pretrained::minilm_dir()).unwrap();
+/// let fast = bert.fast().unwrap();
+/// let ids: &[u32] = &[101, 7592, 2088, 102];
+/// let exact = bert.forward(&[ids]).unwrap().hidden_states.pop().unwrap(); // (1, 4, 384)
+/// let diff = (&fast.forward(ids).unwrap() - &exact.index_axis(ndarray::Axis(0), 0)).mapv(f32::abs);
+/// assert!(diff.iter().all(|&d| d < 1e-4));
+/// assert!(fast.forward(&[]).is_err());
+/// ```
+#[derive(Debug, Clone)]
+pub struct FastBert {
+    bert: Bert, // the embeddings and the checks are the exact model's
+    layers: Vec<FastEncoderLayer>,
+}
+
+impl Bert {
+    /// The same model on the fast path: every layer's weights packed once ([`FastBert`]).
+    ///
+    /// ```
+    /// let bert = pretrained::Bert::load(pretrained::minilm_dir()).unwrap();
+    /// assert_eq!(bert.fast().unwrap().forward(&[101, 102]).unwrap().dim(), (2, 384));
+    /// ```
+    pub fn fast(&self) -> Result<FastBert> {
+        let layers = self
+            .layers
+            .iter()
+            .map(|layer| FastEncoderLayer::new(layer))
+            .collect::<std::result::Result<Vec<_>, _>>()?;
+        Ok(FastBert { bert: self.clone(), layers })
+    }
+}
+
+impl FastBert {
+    /// The last hidden states of one sentence, `(L, d_model)`: what transformers'
+    /// `BertModel` returns as `last_hidden_state` (for a batch of one).
+    ///
+    /// ```
+    /// let bert = pretrained::Bert::load(pretrained::minilm_dir()).unwrap();
+    /// let fast = bert.fast().unwrap();
+    /// let err = fast.forward(&[101, 40_000, 102]).unwrap_err();
+    /// assert_eq!(err.to_string(), "token id 40000 is out of range for a vocabulary of 30522 tokens");
+    /// assert_eq!(fast.forward(&[]).unwrap_err().to_string(), "sequence 0 has 0 tokens: the model takes 1 to 512");
+    /// ```
+    pub fn forward(&self, ids: &[u32]) -> Result<Array2<f32>> {
+        self.bert.check_batch(&[ids])?;
+        let mut x = self.bert.embeddings.forward(ids)?;
+        for layer in &self.layers {
+            x = layer.forward(&x)?;
+        }
+        Ok(x)
     }
 }
 

@@ -47,7 +47,7 @@ use std::path::{Path, PathBuf};
 
 use ndarray::Array2;
 
-pub use bert::{Bert, BertOutput, Embeddings, load_layer, real_rows};
+pub use bert::{Bert, BertOutput, Embeddings, FastBert, load_layer, real_rows};
 pub use config::BertConfig;
 pub use error::{PretrainedError, Result};
 pub use tokenizer::{Tokenizer, Tokens};

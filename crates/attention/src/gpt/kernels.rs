@@ -224,7 +224,7 @@ fn gelu_f32<const FMA: bool>(x: f32) -> (f32, f32) {
 // ANCHOR_END: fast_gelu
 
 /// The processor's widest vector build, found once.
-fn simd() -> Simd {
+pub(super) fn simd() -> Simd {
     static BEST: OnceLock<Simd> = OnceLock::new();
     *BEST.get_or_init(Simd::best)
 }
@@ -232,9 +232,9 @@ fn simd() -> Simd {
 /// Defines `$name(args)`, which runs the loop `$body` compiled for the widest vectors the
 /// processor has (AVX-512, AVX2 with FMA, or the baseline), as chapter 8's kernels do.
 macro_rules! vectorised {
-    ($(#[$doc:meta])* fn $name:ident($($arg:ident: $ty:ty),*) $body:block) => {
+    ($(#[$doc:meta])* $vis:vis fn $name:ident($($arg:ident: $ty:ty),*) $body:block) => {
         $(#[$doc])*
-        fn $name($($arg: $ty),*) {
+        $vis fn $name($($arg: $ty),*) {
             #[inline(always)]
             fn body<const FMA: bool>($($arg: $ty),*) $body
             #[cfg(target_arch = "x86_64")]
@@ -255,10 +255,11 @@ macro_rules! vectorised {
         }
     };
 }
+pub(super) use vectorised;
 
 vectorised! {
     /// `x ← GELU(x)`, entry by entry.
-    fn gelu_in_place(x: &mut [f32]) {
+    pub(super) fn gelu_in_place(x: &mut [f32]) {
         for x in x.iter_mut() {
             *x = gelu_f32::<FMA>(*x).0;
         }

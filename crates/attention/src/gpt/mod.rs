@@ -14,6 +14,8 @@
 //! - [`optim`]: AdamW with decoupled weight decay, warm-up then cosine decay, and clipping
 //!   by the global norm.
 //!
+//! - [`packed`]: the fast path serving chapter 13: weights packed once for products with few
+//!   rows, and BERT's encoder layer on them ([`FastEncoderLayer`](packed::FastEncoderLayer)).
 //! - [`train`]: one training step, the batch split over the cores; the validation loss.
 //! - [`sample`]: writing, one character at a time.
 //!
@@ -25,6 +27,7 @@ pub mod forward;
 pub mod kernels;
 pub mod ops;
 pub mod optim;
+pub mod packed;
 pub mod sample;
 pub mod train;
 pub mod weights;
