@@ -18,10 +18,10 @@
 //! and `ch13_ablation.png`, and writes `ch13_head_view.js`, the data of the chapter's
 //! interactive head view.
 //!
-//! `--time` times the forward pass two ways, taking turns: the exact path (`Bert::forward`,
-//! where the chapter's numbers come from) and the fast path (`Bert::fast`, chapter 15's `f32`
-//! kernels with the weights packed once), and prints how far apart their last hidden states
-//! are; `tools/bench_bert.py --compare` runs it beside transformers.
+//! `--time` times the forward pass two ways, taking turns: the plain path (`Bert::forward`,
+//! the layers as the chapters built them, where the chapter's numbers come from) and the fast
+//! path (`Bert::fast`, `f32` kernels with the weights packed once), and prints how far apart
+//! their last hidden states are; `tools/bench_bert.py --compare` runs it beside transformers.
 //!
 //! With a sentence of your own, every output name is checked before the model is loaded (its
 //! extension, its folder, no two the same file), and the outputs are written together or
@@ -476,7 +476,7 @@ pub struct Cli {
     /// Print the cosine similarity of two sentences' embeddings
     #[arg(long, num_args = 2, value_names = ["A", "B"], conflicts_with_all = ["sentence", "time"])]
     compare: Option<Vec<String>>,
-    /// Time the exact and the fast forward pass, taking turns (medians of 50 after 5 warm-up runs), of SENTENCE or a 16-token one
+    /// Time the plain and the fast forward pass, taking turns (medians of 50 after 5 warm-up runs), of SENTENCE or a 16-token one
     #[arg(long)]
     time: bool,
     /// Read another BERT-layout model directory (config.json, model.safetensors, tokenizer.json)
@@ -595,12 +595,16 @@ fn shorten(text: &str, n: usize) -> String {
     }
 }
 
-fn time(encoder: &SentenceEncoder, text: &str) -> Result<(), Box<dyn Error>> {
+/// `--time`: the plain and the fast forward pass of `text`, taking turns (the median and
+/// the minimum of 50 runs each after 5 warm-up runs), and how far apart their results are.
+/// Returns the report's lines; `tools/bench_bert.py` reads its `fast path:  median X ms` and
+/// `plain path: median Y ms`.
+pub fn time_report(encoder: &SentenceEncoder, text: &str) -> Result<String, Box<dyn Error>> {
     let tokens = tokens_of(encoder, text)?;
     let (bert, ids) = (encoder.bert(), tokens.ids.as_slice());
     let fast = bert.fast()?; // every layer's weights packed once, before the clock starts
-    let exact = bert.forward(&[ids])?.hidden_states.pop().expect("the last layer's");
-    let differs = (&fast.forward(ids)? - &exact.index_axis(ndarray::Axis(0), 0))
+    let plain = bert.forward(&[ids])?.hidden_states.pop().expect("the last layer's");
+    let differs = (&fast.forward(ids)? - &plain.index_axis(ndarray::Axis(0), 0))
         .iter()
         .fold(0f32, |m, d| m.max(d.abs()));
     for _ in 0..5 {
@@ -608,7 +612,7 @@ fn time(encoder: &SentenceEncoder, text: &str) -> Result<(), Box<dyn Error>> {
         bert.forward(&[ids])?;
     }
     // The two paths take turns, so that a change in the machine's load affects both alike.
-    let (mut fast_ms, mut exact_ms) = (Vec::new(), Vec::new());
+    let (mut fast_ms, mut plain_ms) = (Vec::new(), Vec::new());
     let ms = |start: Instant| start.elapsed().as_secs_f64() * 1e3;
     for _ in 0..50 {
         let start = Instant::now();
@@ -616,21 +620,27 @@ fn time(encoder: &SentenceEncoder, text: &str) -> Result<(), Box<dyn Error>> {
         fast_ms.push(ms(start));
         let start = Instant::now();
         bert.forward(&[ids])?;
-        exact_ms.push(ms(start));
+        plain_ms.push(ms(start));
     }
     let threads = match rayon::current_num_threads() {
         1 => "1 thread".to_string(),
         n => format!("{n} threads"),
     };
-    stdout::line(format_args!(
-        "forward pass of {} tokens, {threads}, 50 runs of each after 5 warm-up runs:",
-        ids.len()
-    ));
-    for (name, times) in [("fast path: ", &mut fast_ms), ("exact path:", &mut exact_ms)] {
+    let mut report =
+        format!("forward pass of {} tokens, {threads}, 50 runs of each after 5 warm-up runs:\n", ids.len());
+    for (name, times) in [("fast path: ", &mut fast_ms), ("plain path:", &mut plain_ms)] {
         times.sort_by(f64::total_cmp);
-        stdout::line(format_args!("  {name} median {:.3} ms, min {:.3} ms", times[25], times[0]));
+        writeln!(report, "  {name} median {:.3} ms, min {:.3} ms", times[25], times[0])?;
     }
-    stdout::line(format_args!("  the two paths' last hidden states differ by at most {differs:.1e}"));
+    write!(report, "  the two paths' last hidden states differ by at most {differs:.1e}")?;
+    Ok(report)
+}
+
+fn time(encoder: &SentenceEncoder, text: &str) -> Result<(), Box<dyn Error>> {
+    let report = time_report(encoder, text)?;
+    for line in report.lines() {
+        stdout::line(format_args!("{line}"));
+    }
     Ok(())
 }
 

@@ -38,7 +38,7 @@ use std::sync::Mutex;
 use std::time::Instant;
 
 use attention::gpt::config::GptConfig;
-use attention::gpt::data::{CharVocab, batch};
+use attention::gpt::data::{CharVocab, batch, train_and_validation};
 use attention::gpt::kernels::{Fast, Kernels};
 use attention::gpt::optim::{AdamW, clip_global_norm};
 use attention::gpt::weights::{Gpt, Norm};
@@ -706,7 +706,7 @@ fn measure(steps: usize) -> Result<BTreeMap<String, f64>, Box<dyn Error>> {
     })?;
     let vocab = CharVocab::from_text(&corpus)?;
     let ids = vocab.encode(&corpus)?;
-    let train = &ids[..ids.len() * 9 / 10];
+    let (train, _) = train_and_validation(&ids);
     let config = GptConfig::shakespeare(vocab.len());
     let mut gpt = Gpt::<f32>::init(config, &mut StdRng::seed_from_u64(0))?;
     let mut adamw = AdamW::nanogpt(&gpt);

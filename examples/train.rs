@@ -46,7 +46,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use attention::gpt::config::GptConfig;
-use attention::gpt::data::{CharVocab, batch};
+use attention::gpt::data::{CharVocab, batch, train_and_validation};
 use attention::gpt::kernels::Fast;
 use attention::gpt::optim::AdamW;
 use attention::gpt::sample::sample;
@@ -173,8 +173,7 @@ pub fn run(cli: &Cli, stop: &AtomicUsize) -> Result<u8, String> {
         CharVocab::from_text(&text).map_err(|e| format!("{}: {e}", cli.corpus.display()))?;
     let ids = vocab.encode(&text).map_err(|e| e.to_string())?;
     let config = GptConfig::shakespeare(vocab.len());
-    let split = ids.len() * 9 / 10;
-    let (train, val) = ids.split_at(split);
+    let (train, val) = train_and_validation(&ids);
     let t = config.block_size;
     if train.len() < t + 1 || val.len() < 2 {
         return Err(format!(

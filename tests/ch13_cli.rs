@@ -108,6 +108,24 @@ fn another_bert_directory_runs() {
     ch13::main_with(cli(&["--model", tiny.to_str().unwrap(), "--time", "the cat sat"])).unwrap();
 }
 
+/// `--time`'s report has the lines `tools/bench_bert.py` reads, and the two paths agree.
+#[test]
+fn time_reports_both_paths() {
+    let tiny = Path::new(env!("CARGO_MANIFEST_DIR")).join("crates/pretrained/tests/fixtures/tiny-bert/model");
+    let encoder = pretrained::SentenceEncoder::load(&tiny).unwrap();
+    let report = ch13::time_report(&encoder, "the cat sat").unwrap();
+    let lines: Vec<&str> = report.lines().collect();
+    assert_eq!(lines.len(), 4, "{report}");
+    assert!(lines[0].starts_with("forward pass of 5 tokens, "), "{report}");
+    for (line, path) in lines[1..3].iter().zip(["fast path:  median ", "plain path: median "]) {
+        let rest = line.trim_start().strip_prefix(path).unwrap_or_else(|| panic!("{report}"));
+        let ms: f64 = rest.split(" ms").next().unwrap().parse().unwrap();
+        assert!(ms > 0.0, "{report}");
+    }
+    let differs: f64 = lines[3].rsplit(' ').next().unwrap().parse().unwrap();
+    assert!(differs < 1e-5, "{report}");
+}
+
 #[test]
 fn options_that_need_a_sentence_are_usage_errors() {
     let parse = |args: &[&str]| {

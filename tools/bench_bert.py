@@ -17,8 +17,9 @@ of --runs calls (50) after --warmup calls (5).
 
 --compare also runs `cargo run --release --example ch13_real_model -- --time "SENTENCE"`, which
 times our two forward passes of the same sentence, taking turns, and prints a line
-`fast path: median X ms` (the weights packed once, chapter 15's f32 kernels: what is compared
-with PyTorch) and a line `exact path: median Y ms` (the path the chapter's figures come from);
+`fast path: median X ms` (the weights packed once, f32 kernels) and a line
+`plain path: median Y ms` (the layers as the chapters built them, where the chapter's figures
+come from);
 RAYON_NUM_THREADS and MATMUL_NUM_THREADS are set to --threads for it. With --rounds N, ours
 and PyTorch alternate N times, ours first, so that a change in the machine's load affects both
 alike; each side's best median is reported, and the ratios ours / PyTorch (below 1: ours is
@@ -98,14 +99,14 @@ def torch_median_ms(tok, model, sentence, runs, warmup):
 
 
 def our_medians_ms(sentence, threads):
-    """Our fast path's and exact path's median times, in ms."""
+    """Our fast path's and plain path's median times, in ms."""
     command = ["cargo", "run", "--quiet", "--release", "--example", "ch13_real_model", "--", "--time", sentence]
     env = dict(os.environ, RAYON_NUM_THREADS=str(threads), MATMUL_NUM_THREADS=str(threads))
     done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True)
     if done.returncode != 0:
         sys.exit(f"error: {' '.join(command)} failed ({done.returncode}):\n{done.stderr.strip()}")
     medians = []
-    for path in ("fast", "exact"):
+    for path in ("fast", "plain"):
         match = re.search(path + r" path:\s+median\s+([0-9]+(?:\.[0-9]*)?(?:[eE][-+]?[0-9]+)?)\s*ms", done.stdout)
         if match is None:
             sys.exit(f"error: no `{path} path: median X ms` in the output of {' '.join(command)}:\n{done.stdout.strip()}")
@@ -136,21 +137,21 @@ def main():
     print(f"sentence: {args.sentence!r} ({tokens} tokens with [CLS] and [SEP])")
     print(f"forward pass, f32, median of {args.runs} runs after {args.warmup} warm-up runs, {args.rounds} round(s)")
 
-    fast, exact, theirs = [], [], []
+    fast, plain, theirs = [], [], []
     for r in range(args.rounds):
         if args.compare:
             ours = our_medians_ms(args.sentence, args.threads)
             fast.append(ours[0])
-            exact.append(ours[1])
+            plain.append(ours[1])
         theirs.append(torch_median_ms(tok, model, args.sentence, args.runs, args.warmup))
         line = f"round {r + 1}: PyTorch {theirs[-1]:.3f} ms"
         if args.compare:
-            line += f", ours {fast[-1]:.3f} ms (fast path), {exact[-1]:.3f} ms (exact path)"
+            line += f", ours {fast[-1]:.3f} ms (fast path), {plain[-1]:.3f} ms (plain path)"
         print(line)
     best_torch = min(theirs)
     print(f"PyTorch:          best median {best_torch:.3f} ms")
     if args.compare:
-        for name, times in (("fast path", fast), ("exact path", exact)):
+        for name, times in (("fast path", fast), ("plain path", plain)):
             print(f"ours, {name + ':':<11} best median {min(times):.3f} ms, ratio ours / PyTorch {min(times) / best_torch:.3f}")
 
 if __name__ == "__main__":

@@ -243,7 +243,7 @@ def committed_model_logits():
     model = GPT2LMHeadModel.from_pretrained(str(SHAKESPEARE), attn_implementation="eager").double().eval()
     vocab = json.loads((SHAKESPEARE / "vocab.json").read_text(encoding="utf-8"))
     text = CORPUS.read_text(encoding="utf-8")
-    val = text[int(0.9 * len(text)):]  # the split of the train tool: ids[len * 9 / 10..]
+    val = text[int(0.9 * len(text)):]  # attention::gpt::data::train_and_validation's cut
     if int(0.9 * len(text)) != len(text) * 9 // 10:
         fail("the validation split differs from the train tool's")
     ids = [vocab[c] for c in val[:128]]

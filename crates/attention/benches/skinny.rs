@@ -1,15 +1,19 @@
 //! Products with few rows, as in chapter 13's forward pass of one 16-token sentence: `f32`,
-//! `(16, d_in)·(d_in, d_out)` for BERT-small's three shapes, each through 24 different weight
-//! matrices in turn (as many as all-MiniLM-L6-v2's six layers hold, so that the weights come
-//! from memory, not from the cache, as they do in the model), on a rayon pool of 2 threads:
+//! `(16, d_in)·(d_in, d_out)` for the model's three shapes. Each case multiplies by 64
+//! different weight matrices in turn (57 to 151 MB, more than the caches hold), so that the
+//! weights come from memory, as the model's do (its six layers hold 42.5 MB):
 //!
 //! - `dot`: ndarray's product, `matrixmultiply`'s GEMM, which packs both operands on every
 //!   call (one thread);
-//! - `apply_parallel`: the exact path's, the same GEMM on a block of columns per thread;
-//! - `packed`: the fast path's [`PackedLinear`], the weights packed once.
+//! - `apply_parallel`: the plain path's, the same GEMM on a block of columns per thread, on 2
+//!   threads;
+//! - `packed/1 thread` and `packed/2 threads`: the fast path's [`PackedLinear`], the weights
+//!   packed once;
+//! - `packed, one matrix`: the same, 2 threads, always the same matrix: its weights stay in
+//!   the cache.
 //!
 //! ```text
-//! cargo bench -p attention --bench skinny      # about half a minute
+//! cargo bench -p attention --bench skinny      # about a minute
 //! ```
 
 use std::time::Duration;
@@ -21,13 +25,14 @@ use ndarray::Array2;
 use rand::{SeedableRng, rngs::StdRng};
 
 const ROWS: usize = 16;
-const MATRICES: usize = 24;
+const MATRICES: usize = 64;
 const SHAPES: [(usize, usize); 3] = [(384, 384), (384, 1536), (1536, 384)];
-const THREADS: usize = 2;
 
 fn few_rows(c: &mut Criterion) {
-    let pool =
-        rayon::ThreadPoolBuilder::new().num_threads(THREADS).build().expect("a thread pool");
+    let pool = |threads| {
+        rayon::ThreadPoolBuilder::new().num_threads(threads).build().expect("a thread pool")
+    };
+    let (one, two) = (pool(1), pool(2));
     let mut group = c.benchmark_group("16 rows");
     group
         .sample_size(20)
@@ -40,6 +45,7 @@ fn few_rows(c: &mut Criterion) {
             .collect();
         let packed: Vec<PackedLinear> = maps.iter().map(PackedLinear::new).collect();
         let x = Array2::from_shape_fn((ROWS, d_in), |(i, j)| ((i * 7 + j) % 13) as f32 - 6.0);
+        // Throughput in floating-point operations: 2 per multiply-add.
         group.throughput(Throughput::Elements((2 * ROWS * d_in * d_out * MATRICES) as u64));
         let shape = format!("{d_in}x{d_out}");
         group.bench_function(BenchmarkId::new("dot", &shape), |b| {
@@ -47,11 +53,20 @@ fn few_rows(c: &mut Criterion) {
         });
         group.bench_function(BenchmarkId::new("apply_parallel", &shape), |b| {
             b.iter(|| {
-                pool.install(|| maps.iter().map(|m| m.apply_parallel(&x)).collect::<Vec<_>>())
+                two.install(|| maps.iter().map(|m| m.apply_parallel(&x)).collect::<Vec<_>>())
             })
         });
-        group.bench_function(BenchmarkId::new("packed", &shape), |b| {
-            b.iter(|| pool.install(|| packed.iter().map(|m| m.apply(&x)).collect::<Vec<_>>()))
+        for (name, pool) in [("packed/1 thread", &one), ("packed/2 threads", &two)] {
+            group.bench_function(BenchmarkId::new(name, &shape), |b| {
+                b.iter(|| {
+                    pool.install(|| packed.iter().map(|m| m.apply(&x)).collect::<Vec<_>>())
+                })
+            });
+        }
+        group.bench_function(BenchmarkId::new("packed, one matrix", &shape), |b| {
+            b.iter(|| {
+                two.install(|| (0..MATRICES).map(|_| packed[0].apply(&x)).collect::<Vec<_>>())
+            })
         });
     }
     group.finish();

@@ -45,7 +45,7 @@ use std::path::{Path, PathBuf};
 
 use attention::AttentionError;
 use attention::gpt::config::GptConfig;
-use attention::gpt::data::CharVocab;
+use attention::gpt::data::{CharVocab, train_and_validation};
 use attention::gpt::weights::Gpt;
 use safetensors::Dtype;
 use safetensors::tensor::TensorView;
@@ -105,7 +105,7 @@ pub fn write(
 /// ```
 pub fn validation_loss(gpt: &Gpt<f32>, vocab: &CharVocab, corpus: &str) -> Result<f64> {
     let ids = vocab.encode(corpus)?;
-    Ok(evaluate(gpt, &Fast, &ids[ids.len() * 9 / 10..], 64)?)
+    Ok(evaluate(gpt, &Fast, train_and_validation(&ids).1, 64)?)
 }
 
 /// The sizes and settings, as transformers' `GPT2Config` writes them.

@@ -3,7 +3,7 @@
 //! the one its training log recorded; and what it writes on the exact path is the same text on
 //! every machine.
 
-use attention::gpt::data::CharVocab;
+use attention::gpt::data::{CharVocab, train_and_validation};
 use attention::gpt::kernels::{Exact, Fast};
 use attention::gpt::sample::sample;
 use attention::gpt::train::evaluate;
@@ -17,7 +17,7 @@ fn corpus(vocab: &CharVocab) -> (Vec<usize>, usize) {
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../data/shakespeare/input.txt");
     let text = std::fs::read_to_string(path).unwrap();
     let ids = vocab.encode(&text).unwrap();
-    let split = ids.len() * 9 / 10;
+    let split = train_and_validation(&ids).0.len();
     (ids, split)
 }
 

@@ -186,3 +186,18 @@ pub fn batch<R: Rng + ?Sized>(
     Ok((inputs, targets))
 }
 // ANCHOR_END: batch
+
+/// nanoGPT's split of a corpus: the first 90 % of its ids to train on, the last 10 % (from
+/// index `len · 9 / 10`, rounded down) to measure the validation loss on. The `train` tool,
+/// the chapter's example and the reference script all cut here.
+///
+/// ```
+/// use attention::gpt::data::train_and_validation;
+///
+/// let ids: Vec<usize> = (0..25).collect();
+/// let (train, validation) = train_and_validation(&ids);
+/// assert_eq!((train.len(), validation[0]), (22, 22)); // 25 · 9 / 10 = 22.5, rounded down
+/// ```
+pub fn train_and_validation<T>(ids: &[T]) -> (&[T], &[T]) {
+    ids.split_at(ids.len() * 9 / 10)
+}

@@ -230,36 +230,52 @@ pub(super) fn simd() -> Simd {
 }
 
 /// Defines `$name(args)`, which runs the loop `$body` compiled for the widest vectors the
-/// processor has (AVX-512, AVX2 with FMA, or the baseline), as chapter 8's kernels do.
+/// processor has (AVX-512, AVX2 with FMA, or the baseline), as chapter 8's kernels do. The
+/// body is generic over `const FMA: bool`: `true` in the AVX-512 and AVX2 builds, `false` in
+/// the baseline. Written `fn $name(simd: Simd, args)`, the function runs the build `simd`
+/// names instead (the baseline if the processor cannot run it).
 macro_rules! vectorised {
+    (
+        $(#[$doc:meta])* $vis:vis fn $name:ident(simd: Simd, $($arg:ident: $ty:ty),*)
+        $body:block
+    ) => {
+        $(#[$doc])*
+        $vis fn $name(simd: $crate::kernel::Simd, $($arg: $ty),*) {
+            vectorised!(@dispatch simd, ($($arg: $ty),*), $body)
+        }
+    };
     ($(#[$doc:meta])* $vis:vis fn $name:ident($($arg:ident: $ty:ty),*) $body:block) => {
         $(#[$doc])*
         $vis fn $name($($arg: $ty),*) {
-            #[inline(always)]
-            fn body<const FMA: bool>($($arg: $ty),*) $body
-            #[cfg(target_arch = "x86_64")]
-            #[target_feature(enable = "avx512f")]
-            fn avx512($($arg: $ty),*) { body::<true>($($arg),*) }
-            #[cfg(target_arch = "x86_64")]
-            #[target_feature(enable = "avx2,fma")]
-            fn avx2($($arg: $ty),*) { body::<true>($($arg),*) }
-            match simd() {
-                // SAFETY: simd() only names a build the processor supports.
-                #[cfg(target_arch = "x86_64")]
-                Simd::Avx512 => unsafe { avx512($($arg),*) },
-                // SAFETY: as above.
-                #[cfg(target_arch = "x86_64")]
-                Simd::Avx2 => unsafe { avx2($($arg),*) },
-                _ => body::<false>($($arg),*),
-            }
+            vectorised!(@dispatch $crate::gpt::kernels::simd(), ($($arg: $ty),*), $body)
         }
     };
+    (@dispatch $simd:expr, ($($arg:ident: $ty:ty),*), $body:block) => {{
+        #[inline(always)]
+        fn body<const FMA: bool>($($arg: $ty),*) $body
+        #[cfg(target_arch = "x86_64")]
+        #[target_feature(enable = "avx512f")]
+        fn avx512($($arg: $ty),*) { body::<true>($($arg),*) }
+        #[cfg(target_arch = "x86_64")]
+        #[target_feature(enable = "avx2,fma")]
+        fn avx2($($arg: $ty),*) { body::<true>($($arg),*) }
+        use $crate::kernel::Simd;
+        match $simd {
+            // SAFETY: the processor supports the build (checked just before).
+            #[cfg(target_arch = "x86_64")]
+            Simd::Avx512 if Simd::Avx512.is_supported() => unsafe { avx512($($arg),*) },
+            // SAFETY: as above.
+            #[cfg(target_arch = "x86_64")]
+            Simd::Avx2 if Simd::Avx2.is_supported() => unsafe { avx2($($arg),*) },
+            _ => body::<false>($($arg),*),
+        }
+    }};
 }
 pub(super) use vectorised;
 
 vectorised! {
     /// `x ← GELU(x)`, entry by entry.
-    pub(super) fn gelu_in_place(x: &mut [f32]) {
+    pub(super) fn gelu_in_place(simd: Simd, x: &mut [f32]) {
         for x in x.iter_mut() {
             *x = gelu_f32::<FMA>(*x).0;
         }
@@ -362,7 +378,7 @@ impl Kernels<f32> for Fast {
     fn gelu(&self, u: &ArrayView2<f32>) -> Array2<f32> {
         let u = u.as_standard_layout();
         let mut g = u.to_owned();
-        gelu_in_place(g.as_slice_mut().expect("row-major"));
+        gelu_in_place(simd(), g.as_slice_mut().expect("row-major"));
         g
     }
 

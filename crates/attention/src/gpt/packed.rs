@@ -1,19 +1,23 @@
 //! Chapter *A model that writes*, serving chapter *Inside a real model*: the encoder layer's
-//! forward pass for one sentence on the fast `f32` path.
+//! forward pass for one sentence on a fast `f32` path.
 //!
-//! Chapter 13's [`EncoderLayer::forward`] is the book's reference: its figures and numbers
-//! come from it, the same bits on every machine. With one sentence of 16 tokens, almost all of
-//! its work is four matrix products per layer, short and wide, `(16, 384)·(384, 1536)`. A
-//! general GEMM (`matrixmultiply`, under ndarray's `dot`) copies both operands into its
-//! kernel's order on every call; with 16 rows, copying the weight matrix costs nearly as much
-//! as multiplying by it. Here the weights, the same for every call, are copied once, when the
-//! layer is built ([`PackedLinear`]): into panels of [`NR`] columns, each panel `d_in` rows of
-//! [`NR`] entries, the order in which chapter 8's micro-kernel
-//! ([`scores_panel`](crate::kernel::scores_panel)) reads its keys. A product then streams each
-//! panel once, the panels shared out among the threads, and every output entry is its bias
-//! plus its `d_in` products summed in order. Layer norm, GELU (chapter 15's `erf`) and
-//! softmax (chapter 8's `exp`) run as chapter 15's [`Fast`](super::kernels::Fast) runs them,
-//! compiled for the widest vectors the processor has.
+//! Chapter 13's [`EncoderLayer::forward`] is the plain path: the layers as the chapters built
+//! them, where the chapter's figures and numbers come from. With one sentence of 16 tokens,
+//! almost all of its work is six matrix products per layer, short (16 rows) and wide:
+//! `(16, 384)·(384, 1536)`. A general matrix product (`matrixmultiply`, under ndarray's `dot`)
+//! copies both operands into its kernel's order on every call, and with 16 rows it spends
+//! longer copying the weights than multiplying by them. Here the weights, the same for every
+//! call, are copied once, when the layer is built ([`PackedLinear`]): into panels of [`NR`]
+//! columns, each panel `d_in` rows of [`NR`] entries, the order in which chapter 8's
+//! micro-kernel ([`scores_panel`]) reads its keys. `x·W` has the shape of chapter 8's
+//! `Q·Kᵀ`: the rows of `x` play the queries and the columns of `W` the keys. A product reads
+//! each panel from memory once (then from the cache for the next rows), the panels shared out
+//! among the threads, and every output entry is its bias plus its `d_in` products summed in
+//! order, whatever the number of threads. `W_Q`, `W_K` and `W_V` are packed side by side, one
+//! product. GELU is chapter 15's ([`Fast`](super::kernels::Fast)'s); layer norm (its sums in
+//! [`NR`] lanes) and softmax (chapter 8's `exp`) are written here in the same style. Every
+//! loop runs in the build [`Simd::chosen`] picks (`ATTENTION_SIMD` included), or the one an
+//! `_on` function is given.
 //!
 //! [`FastEncoderLayer`] agrees with [`EncoderLayer::forward`] to `f32`'s rounding (the tests
 //! bound the difference), and it returns the hidden states only: no attention weights, no
@@ -24,17 +28,12 @@
 use ndarray::{Array2, ArrayRef2, concatenate, s};
 use rayon::prelude::*;
 
-use super::kernels::{gelu_in_place, simd, vectorised};
+use super::kernels::{gelu_in_place, vectorised};
 use crate::encoder::EncoderLayer;
 use crate::error::{AttentionError, Result};
 use crate::kernel::{NR, Simd, exp_f32, madd, row_max, scores_panel};
 use crate::layer_norm::LayerNorm;
 use crate::projection::Linear;
-
-/// Rows of the input multiplied per pass over a panel: `MR × NR` sums held in registers
-/// (12 of AVX2's 16 registers, 6 of AVX-512's 32). Of 4, 6 and 8, 6 was the fastest for 16
-/// rows on the AVX2 machine the book was written on.
-const MR: usize = 6;
 
 /// A linear map `x·W + b` with `W: (d_in, d_out)` stored in the micro-kernel's order, for
 /// products with few rows.
@@ -79,16 +78,21 @@ impl PackedLinear {
     pub fn new(map: &Linear<f32>) -> Self {
         let w = map.weight();
         let (d_in, d_out) = w.dim();
+        // Zeros first: the last panel's columns past d_out stay 0.
         let mut panels = vec![0.0; d_out.div_ceil(NR) * d_in * NR];
         for (p, panel) in panels.chunks_exact_mut(d_in * NR).enumerate() {
-            let columns = p * NR..(p * NR + NR).min(d_out);
+            let columns = p * NR..(p * NR + NR).min(d_out); // W's columns in this panel
             for (row, w_row) in panel.chunks_exact_mut(NR).zip(w.rows()) {
+                // (a range is used up by iterating, so each row gets a copy)
                 for (to, &from) in row.iter_mut().zip(w_row.slice(s![columns.clone()])) {
                     *to = from;
                 }
             }
         }
-        let bias = map.bias().map_or_else(|| vec![0.0; d_out], |b| b.to_vec());
+        let bias = match map.bias() {
+            Some(b) => b.to_vec(),
+            None => vec![0.0; d_out],
+        };
         PackedLinear { d_in, d_out, panels, bias }
     }
 
@@ -160,9 +164,10 @@ impl PackedLinear {
         self.d_out
     }
 
-    /// `x·W + b` for `x: (rows, d_in)`: `(rows, d_out)`. The panels are shared out among
-    /// rayon's threads; each entry is the same sum, in the same order, whatever the number of
-    /// threads.
+    /// `x·W + b` for `x: (rows, d_in)`: `(rows, d_out)`, in the build [`Simd::chosen`] picks
+    /// (an error if `ATTENTION_SIMD` names one the processor cannot run). The panels are
+    /// shared out among rayon's threads; each entry is the same sum, in the same order,
+    /// whatever the number of threads.
     ///
     /// ```
     /// use attention::gpt::packed::PackedLinear;
@@ -172,22 +177,55 @@ impl PackedLinear {
     /// let map = Linear::new(Array2::from_elem((3, 40), 0.5_f32)).unwrap();
     /// let y = PackedLinear::new(&map).apply(&Array2::ones((7, 3))).unwrap();
     /// assert_eq!(y, Array2::from_elem((7, 40), 1.5));
+    /// let err = PackedLinear::new(&map).apply(&Array2::ones((0, 3))).unwrap_err();
+    /// assert_eq!(err.to_string(), "x has L = 0: it must be at least 1");
+    /// ```
+    pub fn apply(&self, x: &ArrayRef2<f32>) -> Result<Array2<f32>> {
+        self.apply_on(Simd::chosen()?, x)
+    }
+
+    /// As [`PackedLinear::apply`], in the build `simd`; an error if the processor cannot run
+    /// it. Every build computes the same sums, rounded differently (the baseline multiplies
+    /// and adds separately).
+    ///
+    /// ```
+    /// use attention::gpt::packed::PackedLinear;
+    /// use attention::kernel::Simd;
+    /// use attention::projection::Linear;
+    /// use ndarray::Array2;
+    ///
+    /// let w = Array2::from_shape_fn((9, 20), |(i, j)| ((i * j) % 5) as f32 / 8.0);
+    /// let packed = PackedLinear::new(&Linear::new(w).unwrap());
+    /// let x = Array2::from_shape_fn((5, 9), |(i, j)| ((i + j) % 4) as f32 / 4.0); // sums below 4
+    /// let portable = packed.apply_on(Simd::Portable, &x).unwrap();
+    /// for simd in Simd::supported() {
+    ///     let diff = (&packed.apply_on(simd, &x).unwrap() - &portable).mapv(f32::abs);
+    ///     assert!(diff.iter().all(|&d| d < 1e-5), "{simd:?}");
+    /// }
     /// ```
     // ANCHOR: packed_linear
-    pub fn apply(&self, x: &ArrayRef2<f32>) -> Result<Array2<f32>> {
+    pub fn apply_on(&self, simd: Simd, x: &ArrayRef2<f32>) -> Result<Array2<f32>> {
+        // ANCHOR_END: packed_linear
+        let simd = simd.require("PackedLinear::apply_on")?; // a build it cannot run: an error
+        // ANCHOR: packed_linear
         let (rows, d_in) = x.dim();
         if d_in != self.d_in {
             return Err(AttentionError::mismatch("x", d_in, "W", self.d_in, "d_in"));
         }
+        if rows == 0 {
+            return Err(AttentionError::Empty { what: "x".into(), dim: "L" });
+        }
         let x = x.as_standard_layout();
         let x = x.as_slice().expect("row-major");
-        // The result panel by panel, (rows, NR) each: every thread writes its own panels.
+        // A job writes one slice: its panels' (rows, NR) blocks of the result, one after
+        // another (a panel's columns of y are not one slice); two jobs per thread, so that a
+        // thread that finishes early takes another.
         let n_panels = self.d_out.div_ceil(NR);
-        let per_job = n_panels.div_ceil(2 * rayon::current_num_threads()).max(1);
+        let per_job = n_panels.div_ceil(2 * rayon::current_num_threads());
         let mut out = vec![0.0; n_panels * rows * NR];
-        out.par_chunks_mut(per_job * rows * NR)
+        out.par_chunks_mut(per_job * rows * NR) // the jobs run on rayon's threads at once
             .zip(self.panels.par_chunks(per_job * d_in * NR))
-            .for_each(|(out, panels)| times_panels(x, rows, d_in, panels, out));
+            .for_each(|(out, panels)| times_panels(simd, x, rows, d_in, panels, out));
         // Back to rows, each entry plus its bias.
         let mut y = Array2::zeros((rows, self.d_out));
         for (i, mut y_row) in y.rows_mut().into_iter().enumerate() {
@@ -204,34 +242,58 @@ impl PackedLinear {
 }
 
 vectorised! {
-    /// `out = x·W` for `x`: `rows` rows of `d_in` (row-major) and some of `W`'s panels, the
-    /// result panel after panel, `(rows, NR)` each: chapter 8's micro-kernel, `MR` rows at a
-    /// time, then the last rows four, two or one at a time.
-    fn times_panels(x: &[f32], rows: usize, d_in: usize, panels: &[f32], out: &mut [f32]) {
-        let panel_outs = out.chunks_exact_mut(rows * NR);
-        for (panel, out) in panels.chunks_exact(d_in * NR).zip(panel_outs) {
-            let mut r = 0;
-            while r < rows {
-                let (x, out) = (&x[r * d_in..], &mut out[r * NR..]);
-                r += match rows - r {
-                    MR.. => {
-                        scores_panel::<f32, MR, FMA>(x, panel, d_in, out, NR);
-                        MR
-                    }
-                    4.. => {
-                        scores_panel::<f32, 4, FMA>(x, panel, d_in, out, NR);
-                        4
-                    }
-                    2.. => {
-                        scores_panel::<f32, 2, FMA>(x, panel, d_in, out, NR);
-                        2
-                    }
-                    _ => {
-                        scores_panel::<f32, 1, FMA>(x, panel, d_in, out, NR);
-                        1
-                    }
-                };
-            }
+    /// `out = x·W` for `x` (`rows` rows of `d_in`) and some of `W`'s panels, the result panel
+    /// after panel, `(rows, NR)` each: chapter 8's micro-kernel, 6 rows per pass in the
+    /// AVX-512 and AVX2 builds (6 × 16 sums: 12 of AVX2's 16 registers), 2 in the baseline's.
+    fn times_panels(
+        simd: Simd,
+        x: &[f32],
+        rows: usize,
+        d_in: usize,
+        panels: &[f32],
+        out: &mut [f32]
+    ) {
+        if FMA {
+            rows_times_panels::<6, FMA>(x, rows, d_in, panels, out);
+        } else {
+            rows_times_panels::<2, FMA>(x, rows, d_in, panels, out);
+        }
+    }
+}
+
+/// [`times_panels`]' loop: each panel, `MR` rows of `x` at a time, the last rows four (if
+/// `MR` is more), two or one at a time.
+#[inline(always)]
+fn rows_times_panels<const MR: usize, const FMA: bool>(
+    x: &[f32],
+    rows: usize,
+    d_in: usize,
+    panels: &[f32],
+    out: &mut [f32],
+) {
+    for (panel, out) in panels.chunks_exact(d_in * NR).zip(out.chunks_exact_mut(rows * NR)) {
+        let mut r = 0;
+        while r < rows {
+            // The queries: x's rows from r; the keys: the panel's NR columns.
+            let (x, out) = (&x[r * d_in..], &mut out[r * NR..]); // out's rows NR apart
+            r += match rows - r {
+                left if left >= MR => {
+                    scores_panel::<f32, MR, FMA>(x, panel, d_in, out, NR);
+                    MR
+                }
+                left if MR > 4 && left >= 4 => {
+                    scores_panel::<f32, 4, FMA>(x, panel, d_in, out, NR);
+                    4
+                }
+                left if left >= 2 => {
+                    scores_panel::<f32, 2, FMA>(x, panel, d_in, out, NR);
+                    2
+                }
+                _ => {
+                    scores_panel::<f32, 1, FMA>(x, panel, d_in, out, NR);
+                    1
+                }
+            };
         }
     }
 }
@@ -392,23 +454,52 @@ impl FastEncoderLayer {
     /// ```
     // ANCHOR: fast_encoder
     pub fn forward(&self, x: &ArrayRef2<f32>) -> Result<Array2<f32>> {
-        if x.nrows() == 0 {
-            return Err(AttentionError::Empty { what: "x".into(), dim: "L" });
-        }
-        let qkv = self.qkv.apply(x)?; // (L, 3·d_model): Q, K, V side by side
-        let mut context = Array2::zeros((x.nrows(), self.d_model()));
-        attend(
-            qkv.as_slice().expect("row-major"),
-            x.nrows(),
-            self.heads,
-            context.as_slice_mut().expect("row-major"),
-        );
-        let mut h = self.w_o.apply(&context)? + x;
-        norm_rows(h.as_slice_mut().expect("row-major"), &self.attention_norm); // LN₁
-        let mut u = self.up.apply(&h)?;
-        gelu_in_place(u.as_slice_mut().expect("row-major"));
-        let mut out = self.down.apply(&u)? + &h;
-        norm_rows(out.as_slice_mut().expect("row-major"), &self.output_norm); // LN₂
+        self.forward_on(Simd::chosen()?, x)
+    }
+
+    // ANCHOR_END: fast_encoder
+    /// As [`FastEncoderLayer::forward`], in the build `simd`; an error if the processor
+    /// cannot run it.
+    ///
+    /// ```
+    /// # use attention::{
+    /// #     encoder::EncoderLayer, feed_forward::FeedForward, layer_norm::LayerNorm,
+    /// #     multihead::MultiHeadAttention, projection::Linear,
+    /// # };
+    /// # use ndarray::Array1;
+    /// # use rand::{rngs::StdRng, SeedableRng};
+    /// # let mut rng = StdRng::seed_from_u64(0);
+    /// # let attention = MultiHeadAttention::<f32>::random(8, 2, &mut rng).unwrap();
+    /// # let ffn = FeedForward::new(
+    /// #     Linear::random(8, 32, &mut rng).unwrap(),
+    /// #     Linear::random(32, 8, &mut rng).unwrap(),
+    /// # )
+    /// # .unwrap();
+    /// # let norm = LayerNorm::new(Array1::ones(8), Array1::zeros(8), 1e-12).unwrap();
+    /// # let layer = EncoderLayer::new(attention, norm.clone(), ffn, norm).unwrap();
+    /// use attention::gpt::packed::FastEncoderLayer;
+    /// use attention::kernel::Simd;
+    /// use ndarray::Array2;
+    ///
+    /// let fast = FastEncoderLayer::new(&layer).unwrap();
+    /// let x = Array2::from_shape_fn((3, 8), |(i, j)| (i * j) as f32 / 5.0);
+    /// let portable = fast.forward_on(Simd::Portable, &x).unwrap();
+    /// let diff = (&fast.forward(&x).unwrap() - &portable).mapv(f32::abs);
+    /// assert!(diff.iter().all(|&d| d < 1e-5));
+    /// ```
+    // ANCHOR: fast_encoder
+    pub fn forward_on(&self, simd: Simd, x: &ArrayRef2<f32>) -> Result<Array2<f32>> {
+        let simd = simd.require("FastEncoderLayer::forward_on")?;
+        let qkv = self.qkv.apply_on(simd, x)?; // (L, 3·d_model): Q, K, V side by side
+        let (rows, qkv) = (x.nrows(), qkv.as_slice().expect("row-major"));
+        let mut context = Array2::zeros((rows, self.d_model()));
+        attend(simd, qkv, rows, self.heads, context.as_slice_mut().expect("row-major"));
+        let mut h = self.w_o.apply_on(simd, &context)? + x;
+        norm_rows(simd, h.as_slice_mut().expect("row-major"), &self.attention_norm); // LN₁
+        let mut u = self.up.apply_on(simd, &h)?;
+        gelu_in_place(simd, u.as_slice_mut().expect("row-major"));
+        let mut out = self.down.apply_on(simd, &u)? + &h;
+        norm_rows(simd, out.as_slice_mut().expect("row-major"), &self.output_norm); // LN₂
         Ok(out)
     }
 }
@@ -418,7 +509,7 @@ vectorised! {
     /// Every head's `softmax(Q·Kᵀ/√d_head)·V` for one sentence of `rows` tokens: `qkv`
     /// holds `rows` rows of `(Q, K, V)`, `3·d_model` each, and `context` (zeros) receives
     /// `rows` rows of `d_model`, head `h` in columns `h·d_head..`.
-    fn attend(qkv: &[f32], rows: usize, heads: usize, context: &mut [f32]) {
+    fn attend(simd: Simd, qkv: &[f32], rows: usize, heads: usize, context: &mut [f32]) {
         let d = context.len() / rows;
         let d_head = d / heads;
         let scale = 1.0 / (d_head as f32).sqrt();
@@ -435,7 +526,8 @@ vectorised! {
             for i in 0..rows {
                 // Query i's scores, Σ over the head's dimensions of q_c · (row c of Kᵀ).
                 p.fill(0.0);
-                for (&q, k) in qkv[i * stride + q_at..][..d_head].iter().zip(kt.chunks_exact(rows)) {
+                let q = &qkv[i * stride + q_at..][..d_head];
+                for (&q, k) in q.iter().zip(kt.chunks_exact(rows)) {
                     for (s, &k) in p.iter_mut().zip(k) {
                         *s = madd::<f32, FMA>(q, k, *s);
                     }
@@ -458,7 +550,7 @@ vectorised! {
 vectorised! {
     /// Layer norm of every row of `x` (rows of `γ`'s width), in place, the sums over a row
     /// in [`NR`] lanes.
-    fn norm_rows(x: &mut [f32], norm: &FastNorm) {
+    fn norm_rows(simd: Simd, x: &mut [f32], norm: &FastNorm) {
         let d = norm.gamma.len();
         for row in x.chunks_exact_mut(d) {
             let mean = lane_sum(row, |v| v) / d as f32;
@@ -497,46 +589,48 @@ mod tests {
         a.iter().zip(b).fold(0.0, |m, (x, y)| m.max((x - y).abs()))
     }
 
-    /// Every row count (whole groups of `MR`, then 4, 2 and 1 rows), widths that are not
-    /// whole panels, and a map without a bias, against the sum in `f64`.
+    /// Every build the processor runs, every row count (whole groups of 6 or 2, then the
+    /// last rows), widths that are not whole panels, and a map without a bias, against the
+    /// sum in `f64`.
     #[test]
-    fn products_match_the_sum_in_f64_for_every_row_count_and_width() {
+    fn products_match_the_sum_in_f64_for_every_build_row_count_and_width() {
         let mut rng = StdRng::seed_from_u64(1);
         for (d_in, d_out) in [(1, 1), (7, 15), (33, 16), (64, 17), (5, 40)] {
             let w = Linear::<f32>::random(d_in, d_out, &mut rng).unwrap();
             let b = Array1::from_shape_fn(d_out, |j| j as f32 / 8.0 - 1.0);
             for map in [w.clone(), Linear::with_bias(w.weight().clone(), b).unwrap()] {
                 let packed = PackedLinear::new(&map);
-                for rows in 1..=2 * MR + 3 {
+                for rows in 1..=15 {
                     let x = Array2::from_shape_fn((rows, d_in), |(i, j)| {
                         ((3 * i + 5 * j) % 11) as f32 / 4.0 - 1.25
                     });
-                    let x64 = x.mapv(f64::from);
-                    let mut want = x64.dot(&map.weight().mapv(f64::from));
+                    let mut want = x.mapv(f64::from).dot(&map.weight().mapv(f64::from));
                     if let Some(b) = map.bias() {
                         want += &b.mapv(f64::from);
                     }
-                    let got = packed.apply(&x).unwrap();
-                    let diff = max_abs(&got, &want.mapv(|v| v as f32));
-                    assert!(diff < 1e-5, "({rows}, {d_in})·({d_in}, {d_out}): {diff}");
+                    for simd in Simd::supported() {
+                        let got = packed.apply_on(simd, &x).unwrap();
+                        let diff = max_abs(&got, &want.mapv(|v| v as f32));
+                        assert!(
+                            diff < 1e-5,
+                            "{simd:?} ({rows}, {d_in})·({d_in}, {d_out}): {diff}"
+                        );
+                    }
                 }
             }
         }
     }
 
-    /// Each entry is the same sum in the same order, whatever the number of threads.
+    /// A build the processor cannot run is an error, not undefined behaviour.
     #[test]
-    fn threads_do_not_change_a_bit() {
-        let map = Linear::<f32>::random(96, 200, &mut StdRng::seed_from_u64(2)).unwrap();
-        let packed = PackedLinear::new(&map);
-        let x = Array2::from_shape_fn((13, 96), |(i, j)| ((i * 31 + j * 7) % 17) as f32 - 8.0);
-        let on = |threads: usize| {
-            let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap();
-            pool.install(|| packed.apply(&x).unwrap())
-        };
-        let one = on(1);
-        for threads in [2, 3, 8] {
-            assert_eq!(on(threads), one, "{threads} threads");
+    fn a_build_the_processor_lacks_is_refused() {
+        let packed = PackedLinear::new(&Linear::new(Array2::<f32>::ones((4, 4))).unwrap());
+        for simd in Simd::ALL.into_iter().filter(|s| !s.is_supported()) {
+            let err = packed.apply_on(simd, &Array2::ones((2, 4))).unwrap_err().to_string();
+            assert!(
+                err.starts_with("PackedLinear::apply_on: this processor cannot run"),
+                "{err}"
+            );
         }
     }
 
@@ -562,26 +656,49 @@ mod tests {
         EncoderLayer::new(attention, norm.clone(), ffn, norm).unwrap()
     }
 
-    /// The fast layer against chapter 13's, for sentences of 1 to 20 tokens; and the bound is
-    /// tight enough to notice a layer that differs by one head.
+    fn sentence(l: usize, d: usize) -> Array2<f32> {
+        Array2::from_shape_fn((l, d), |(i, j)| ((7 * i + 3 * j) % 13) as f32 / 3.0 - 2.0)
+    }
+
+    /// The fast layer against chapter 13's, in every build, for sentences of 1 to 20 tokens;
+    /// and the bound is tight enough to notice a layer that differs by one head.
     #[test]
-    fn the_fast_layer_matches_the_exact_one() {
+    fn the_fast_layer_matches_the_plain_one_in_every_build() {
         let layer = random_layer(64, 4, 200, 3);
         let fast = FastEncoderLayer::new(&layer).unwrap();
         let ablated = layer.without_head(1).unwrap();
         for l in [1, 2, 5, 16, 20] {
-            let x = Array2::from_shape_fn((l, 64), |(i, j)| {
-                ((7 * i + 3 * j) % 13) as f32 / 3.0 - 2.0
-            });
-            let exact = |layer: &EncoderLayer<f32>| {
+            let x = sentence(l, 64);
+            let plain = |layer: &EncoderLayer<f32>| {
                 let out = layer.forward(&x.view().insert_axis(Axis(0)), None).unwrap();
                 out.hidden.index_axis_move(Axis(0), 0)
             };
-            let got = fast.forward(&x).unwrap();
-            let diff = max_abs(&got, &exact(&layer));
-            assert!(diff < 1e-4, "L = {l}: {diff}");
-            let other = max_abs(&got, &exact(&ablated));
-            assert!(other > 1e-2, "L = {l}: a head less changes only {other}");
+            for simd in Simd::supported() {
+                let got = fast.forward_on(simd, &x).unwrap();
+                let diff = max_abs(&got, &plain(&layer));
+                assert!(diff < 1e-4, "{simd:?}, L = {l}: {diff}");
+                let other = max_abs(&got, &plain(&ablated));
+                assert!(other > 1e-2, "{simd:?}, L = {l}: a head less changes only {other}");
+            }
+        }
+    }
+
+    /// Each entry is the same sum in the same order, whatever the number of threads: a whole
+    /// layer gives the same bits on 1, 2, 3 and 8 threads, in every build.
+    #[test]
+    fn threads_do_not_change_a_bit() {
+        let fast = FastEncoderLayer::new(&random_layer(96, 3, 200, 2)).unwrap();
+        let x = sentence(13, 96);
+        for simd in Simd::supported() {
+            let on = |threads: usize| {
+                let pool =
+                    rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap();
+                pool.install(|| fast.forward_on(simd, &x).unwrap())
+            };
+            let one = on(1);
+            for threads in [2, 3, 8] {
+                assert_eq!(on(threads), one, "{simd:?}, {threads} threads");
+            }
         }
     }
 }
