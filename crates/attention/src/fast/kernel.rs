@@ -36,8 +36,9 @@ use crate::error::{AttentionError, Result};
 use crate::float::Float;
 
 /// The environment variable that forces one build of the inner loops: `avx512`, `avx2` or
-/// `portable`. It is read once, the first time the tiled path runs; a name the processor
-/// cannot run is an error there, not a silent fallback.
+/// `portable`. It is read once, the first time a kernel that follows it runs (the tiled path,
+/// the fast forward pass of `gpt::packed`); a name the processor cannot run is an error
+/// there, not a silent fallback.
 ///
 /// ```
 /// use attention::kernel::{SIMD_VAR, Simd};
@@ -139,9 +140,12 @@ impl Simd {
     ///
     /// assert_eq!(Simd::supported().last(), Some(&Simd::Portable));
     /// ```
+    // ANCHOR: simd
     pub fn supported() -> Vec<Simd> {
         Simd::ALL.into_iter().filter(|s| s.is_supported()).collect()
     }
+
+    // ANCHOR_END: simd
 
     /// The widest build this processor can run.
     ///
@@ -150,9 +154,12 @@ impl Simd {
     ///
     /// assert_eq!(Simd::best(), Simd::supported()[0]);
     /// ```
+    // ANCHOR: simd
     pub fn best() -> Simd {
         Simd::supported()[0]
     }
+
+    // ANCHOR_END: simd
 
     /// The build named `name`, if this processor can run it.
     ///
@@ -172,6 +179,7 @@ impl Simd {
 
     /// `self` if this processor can run it, else an error that starts with `what` (the
     /// variable or the function that asked for it).
+    // ANCHOR: simd
     pub(crate) fn require(self, what: &str) -> Result<Simd> {
         if self.is_supported() {
             return Ok(self);
@@ -180,9 +188,10 @@ impl Simd {
         let problem = format!("this processor cannot run {name} (its widest is {best})");
         Err(AttentionError::Invalid { what: what.into(), problem })
     }
+    // ANCHOR_END: simd
 
-    /// The build the tiled path uses: the one [`SIMD_VAR`] names, else [`Simd::best`]. The
-    /// variable is read once per process.
+    /// The build the tiled path and the fast forward pass of `gpt::packed` use: the one
+    /// [`SIMD_VAR`] names, else [`Simd::best`]. The variable is read once per process.
     ///
     /// ```
     /// use attention::kernel::{SIMD_VAR, Simd};

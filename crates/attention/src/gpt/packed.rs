@@ -57,7 +57,7 @@ use crate::projection::Linear;
 pub struct PackedLinear {
     d_in: usize,
     d_out: usize,
-    panels: Vec<f32>, // ⌈d_out/NR⌉ panels of (d_in, NR): W's columns NR·p.., zero-padded
+    panels: Vec<f32>, // panel p: W's columns NR·p..NR·p + NR, row by row (d_in rows of NR)
     bias: Vec<f32>,   // (d_out), zeros for a map without one
 }
 
@@ -83,7 +83,7 @@ impl PackedLinear {
         for (p, panel) in panels.chunks_exact_mut(d_in * NR).enumerate() {
             let columns = p * NR..(p * NR + NR).min(d_out); // W's columns in this panel
             for (row, w_row) in panel.chunks_exact_mut(NR).zip(w.rows()) {
-                // (a range is used up by iterating, so each row gets a copy)
+                // (a Range is not Copy and s! takes it by value: a clone per row)
                 for (to, &from) in row.iter_mut().zip(w_row.slice(s![columns.clone()])) {
                     *to = from;
                 }
@@ -205,9 +205,7 @@ impl PackedLinear {
     /// ```
     // ANCHOR: packed_linear
     pub fn apply_on(&self, simd: Simd, x: &ArrayRef2<f32>) -> Result<Array2<f32>> {
-        // ANCHOR_END: packed_linear
         let simd = simd.require("PackedLinear::apply_on")?; // a build it cannot run: an error
-        // ANCHOR: packed_linear
         let (rows, d_in) = x.dim();
         if d_in != self.d_in {
             return Err(AttentionError::mismatch("x", d_in, "W", self.d_in, "d_in"));
@@ -217,23 +215,25 @@ impl PackedLinear {
         }
         let x = x.as_standard_layout();
         let x = x.as_slice().expect("row-major");
-        // A job writes one slice: its panels' (rows, NR) blocks of the result, one after
-        // another (a panel's columns of y are not one slice); two jobs per thread, so that a
-        // thread that finishes early takes another.
+        // A panel's columns of y are not one slice (each row of y holds every panel), so the
+        // result is first written panel by panel: panel p's (rows, NR) block at p·rows·NR.
+        // A job takes per_job panels and their blocks; two jobs per thread, so that a thread
+        // that finishes early takes another. A thread computes whole entries: the split is
+        // over columns, never over the d_in terms of one sum.
         let n_panels = self.d_out.div_ceil(NR);
         let per_job = n_panels.div_ceil(2 * rayon::current_num_threads());
         let mut out = vec![0.0; n_panels * rows * NR];
-        out.par_chunks_mut(per_job * rows * NR) // the jobs run on rayon's threads at once
-            .zip(self.panels.par_chunks(per_job * d_in * NR))
+        out.par_chunks_mut(per_job * rows * NR) // chunks_mut, the jobs run on rayon's threads
+            .zip(self.panels.par_chunks(per_job * d_in * NR)) // each job's panels
             .for_each(|(out, panels)| times_panels(simd, x, rows, d_in, panels, out));
         // Back to rows, each entry plus its bias.
         let mut y = Array2::zeros((rows, self.d_out));
         for (i, mut y_row) in y.rows_mut().into_iter().enumerate() {
             let y_row = y_row.as_slice_mut().expect("row-major");
-            for (p, (y, b)) in y_row.chunks_mut(NR).zip(self.bias.chunks(NR)).enumerate() {
-                let sums = &out[(p * rows + i) * NR..][..y.len()];
-                for ((y, &sum), &b) in y.iter_mut().zip(sums).zip(b) {
-                    *y = b + sum;
+            for (p, (part, b)) in y_row.chunks_mut(NR).zip(self.bias.chunks(NR)).enumerate() {
+                let sums = &out[(p * rows + i) * NR..][..part.len()]; // the last may be short
+                for ((y_ij, &sum), &b) in part.iter_mut().zip(sums).zip(b) {
+                    *y_ij = b + sum;
                 }
             }
         }
@@ -242,9 +242,7 @@ impl PackedLinear {
 }
 
 vectorised! {
-    /// `out = x·W` for `x` (`rows` rows of `d_in`) and some of `W`'s panels, the result panel
-    /// after panel, `(rows, NR)` each: chapter 8's micro-kernel, 6 rows per pass in the
-    /// AVX-512 and AVX2 builds (6 × 16 sums: 12 of AVX2's 16 registers), 2 in the baseline's.
+    /// `out = x·W` for some of `W`'s panels, the result panel after panel.
     fn times_panels(
         simd: Simd,
         x: &[f32],
@@ -253,6 +251,8 @@ vectorised! {
         panels: &[f32],
         out: &mut [f32]
     ) {
+        // FMA: true in the AVX-512 and AVX2 builds, false in the baseline's (vectorised!).
+        // 6 rows per pass: 6 × 16 sums fill 12 of AVX2's 16 registers; SSE2 has room for 2.
         if FMA {
             rows_times_panels::<6, FMA>(x, rows, d_in, panels, out);
         } else {
@@ -261,8 +261,7 @@ vectorised! {
     }
 }
 
-/// [`times_panels`]' loop: each panel, `MR` rows of `x` at a time, the last rows four (if
-/// `MR` is more), two or one at a time.
+/// [`times_panels`]' loop: each panel, `MR` rows of `x` at a time, then four, two or one.
 #[inline(always)]
 fn rows_times_panels<const MR: usize, const FMA: bool>(
     x: &[f32],
@@ -282,6 +281,7 @@ fn rows_times_panels<const MR: usize, const FMA: bool>(
                     MR
                 }
                 left if MR > 4 && left >= 4 => {
+                    // (with MR ≤ 4, the first arm has taken these rows already)
                     scores_panel::<f32, 4, FMA>(x, panel, d_in, out, NR);
                     4
                 }
@@ -616,6 +616,38 @@ mod tests {
                             "{simd:?} ({rows}, {d_in})·({d_in}, {d_out}): {diff}"
                         );
                     }
+                }
+            }
+        }
+    }
+
+    /// Each row count, fused or not, without the instructions of a build: the 6-row passes
+    /// of the AVX builds and the 2-row passes of the baseline's, checked on every machine
+    /// (`mul_add` is exact in any build, if slow without FMA).
+    #[test]
+    fn every_row_count_is_right_without_a_build() {
+        let map = Linear::<f32>::random(29, 37, &mut StdRng::seed_from_u64(4)).unwrap();
+        let packed = PackedLinear::new(&map);
+        let panels = 37usize.div_ceil(NR);
+        type Run = fn(&[f32], usize, usize, &[f32], &mut [f32]);
+        let runs: [(&str, Run); 4] = [
+            ("6 rows, fused", rows_times_panels::<6, true>),
+            ("6 rows", rows_times_panels::<6, false>),
+            ("2 rows, fused", rows_times_panels::<2, true>),
+            ("2 rows", rows_times_panels::<2, false>),
+        ];
+        for rows in 1..=15 {
+            let x = Array2::from_shape_fn((rows, 29), |(i, j)| ((i + 2 * j) % 7) as f32 - 3.0);
+            let want = x.mapv(f64::from).dot(&map.weight().mapv(f64::from));
+            for (name, run) in runs {
+                let mut out = vec![f32::NAN; panels * rows * NR];
+                run(x.as_slice().unwrap(), rows, 29, &packed.panels, &mut out);
+                for ((i, j), &w) in want.indexed_iter() {
+                    let got = out[((j / NR) * rows + i) * NR + j % NR];
+                    assert!(
+                        (f64::from(got) - w).abs() < 1e-4,
+                        "{name}, {rows} rows, ({i}, {j})"
+                    );
                 }
             }
         }
