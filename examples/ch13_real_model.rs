@@ -604,7 +604,7 @@ pub fn time_report(encoder: &SentenceEncoder, text: &str) -> Result<String, Box<
     let (bert, ids) = (encoder.bert(), tokens.ids.as_slice());
     let fast = bert.fast()?; // every layer's weights packed once, before the clock starts
     let plain = bert.forward(&[ids])?.hidden_states.pop().expect("the last layer's");
-    let differs = (&fast.forward(ids)? - &plain.index_axis(ndarray::Axis(0), 0))
+    let differs = (&fast.forward(ids)? - &plain.index_axis(Axis(0), 0))
         .iter()
         .fold(0f32, |m, d| m.max(d.abs()));
     for _ in 0..5 {

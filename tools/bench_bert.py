@@ -154,5 +154,6 @@ def main():
         for name, times in (("fast path", fast), ("plain path", plain)):
             print(f"ours, {name + ':':<11} best median {min(times):.3f} ms, ratio ours / PyTorch {min(times) / best_torch:.3f}")
 
+
 if __name__ == "__main__":
     main()

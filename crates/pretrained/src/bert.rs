@@ -415,7 +415,7 @@ impl Bert {
 /// ```
 #[derive(Debug, Clone)]
 pub struct FastBert {
-    bert: Bert, // the embeddings and the checks are the exact model's
+    bert: Bert, // the embeddings and the checks are the plain model's
     layers: Vec<FastEncoderLayer>,
 }
 

@@ -14,7 +14,7 @@
 //! |---|---|
 //! | `config.json` | [`BertConfig`] |
 //! | `model.safetensors`, checked tensor by tensor | [`Tensors`] |
-//! | the encoder | [`Embeddings`], [`load_layer`], [`Bert`], [`BertOutput`] |
+//! | the encoder | [`Embeddings`], [`load_layer`], [`Bert`], [`BertOutput`], [`FastBert`] |
 //! | `tokenizer.json` | [`Tokenizer`], [`Tokens`] |
 //! | text → sentence embeddings | [`SentenceEncoder`] |
 //! | what the heads do: patterns, entropy, what a head writes, ablation | [`study`] |

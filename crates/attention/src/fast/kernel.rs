@@ -144,7 +144,6 @@ impl Simd {
     pub fn supported() -> Vec<Simd> {
         Simd::ALL.into_iter().filter(|s| s.is_supported()).collect()
     }
-
     // ANCHOR_END: simd
 
     /// The widest build this processor can run.
@@ -158,7 +157,6 @@ impl Simd {
     pub fn best() -> Simd {
         Simd::supported()[0]
     }
-
     // ANCHOR_END: simd
 
     /// The build named `name`, if this processor can run it.

@@ -7,15 +7,16 @@
 //!   tensor under its Hugging Face GPT-2 name.
 //! - [`ops`]: the pieces a decoder adds to chapter 13's: layer norm's and GELU's backward
 //!   passes, the causal attention of one batch, cross-entropy over the vocabulary.
-//! - [`data`]: characters as tokens ([`CharVocab`](data::CharVocab)) and random batches.
+//! - [`data`]: characters as tokens ([`CharVocab`](data::CharVocab)), random batches, and
+//!   the train/validation split.
 //! - [`kernels`]: the operations the model is made of, in two arithmetics: [`Exact`](kernels::Exact)
 //!   (the same bits everywhere) and [`Fast`](kernels::Fast) (`f32`, GEMM).
 //! - [`forward`]: the whole model, forward and backward, written once for both.
 //! - [`optim`]: AdamW with decoupled weight decay, warm-up then cosine decay, and clipping
 //!   by the global norm.
-//!
 //! - [`packed`]: the fast path serving chapter 13: weights packed once for products with few
 //!   rows, and BERT's encoder layer on them ([`FastEncoderLayer`](packed::FastEncoderLayer)).
+//!
 //! - [`train`]: one training step, the batch split over the cores; the validation loss.
 //! - [`sample`]: writing, one character at a time.
 //!

@@ -23,7 +23,7 @@
 //! bound the difference), and it returns the hidden states only: no attention weights, no
 //! padding mask (one sentence at a time). It is what `ch13_real_model --time` times.
 //!
-//! Anchors (below the doc comments): `packed_linear`, `fast_encoder`.
+//! Anchor (below the doc comments): `packed_linear`.
 
 use ndarray::{Array2, ArrayRef2, concatenate, s};
 use rayon::prelude::*;
@@ -346,7 +346,6 @@ impl FastNorm {
 /// assert!(diff.iter().all(|&d| d < 1e-4));
 /// ```
 #[derive(Debug, Clone, PartialEq)]
-// ANCHOR: fast_encoder
 pub struct FastEncoderLayer {
     heads: usize,
     qkv: PackedLinear, // W_Q, W_K and W_V side by side: (d_model, 3·d_model)
@@ -358,7 +357,6 @@ pub struct FastEncoderLayer {
 }
 
 impl FastEncoderLayer {
-    // ANCHOR_END: fast_encoder
     /// Packs a layer's weights.
     ///
     /// ```
@@ -381,7 +379,6 @@ impl FastEncoderLayer {
     /// let layer = EncoderLayer::new(attention, norm.clone(), ffn, norm).unwrap();
     /// assert_eq!(FastEncoderLayer::new(&layer).unwrap().d_model(), 8);
     /// ```
-    // ANCHOR: fast_encoder
     pub fn new(layer: &EncoderLayer<f32>) -> Result<Self> {
         let attention = layer.attention();
         let [w_q, w_k, w_v, w_o] = attention.projections();
@@ -397,7 +394,6 @@ impl FastEncoderLayer {
         })
     }
 
-    // ANCHOR_END: fast_encoder
     /// The width `d_model` it reads and writes.
     ///
     /// ```
@@ -452,12 +448,10 @@ impl FastEncoderLayer {
     /// let err = fast.forward(&Array2::ones((0, 8))).unwrap_err();
     /// assert_eq!(err.to_string(), "x has L = 0: it must be at least 1");
     /// ```
-    // ANCHOR: fast_encoder
     pub fn forward(&self, x: &ArrayRef2<f32>) -> Result<Array2<f32>> {
         self.forward_on(Simd::chosen()?, x)
     }
 
-    // ANCHOR_END: fast_encoder
     /// As [`FastEncoderLayer::forward`], in the build `simd`; an error if the processor
     /// cannot run it.
     ///
@@ -487,7 +481,6 @@ impl FastEncoderLayer {
     /// let diff = (&fast.forward(&x).unwrap() - &portable).mapv(f32::abs);
     /// assert!(diff.iter().all(|&d| d < 1e-5));
     /// ```
-    // ANCHOR: fast_encoder
     pub fn forward_on(&self, simd: Simd, x: &ArrayRef2<f32>) -> Result<Array2<f32>> {
         let simd = simd.require("FastEncoderLayer::forward_on")?;
         let qkv = self.qkv.apply_on(simd, x)?; // (L, 3·d_model): Q, K, V side by side
@@ -503,7 +496,6 @@ impl FastEncoderLayer {
         Ok(out)
     }
 }
-// ANCHOR_END: fast_encoder
 
 vectorised! {
     /// Every head's `softmax(Q·Kᵀ/√d_head)·V` for one sentence of `rows` tokens: `qkv`
