@@ -31,7 +31,7 @@ use rayon::prelude::*;
 use super::kernels::{gelu_in_place, vectorised};
 use crate::encoder::EncoderLayer;
 use crate::error::{AttentionError, Result};
-use crate::kernel::{NR, Simd, exp_f32, madd, row_max, scores_panel};
+use crate::kernel::{NR, Simd, exp_in_place, madd, row_max, scores_panel};
 use crate::layer_norm::LayerNorm;
 use crate::projection::Linear;
 
@@ -524,9 +524,9 @@ vectorised! {
                         *s = madd::<f32, FMA>(q, k, *s);
                     }
                 }
+                p.iter_mut().for_each(|s| *s *= scale);
                 let max = row_max(&p);
-                p.iter_mut().for_each(|s| *s = exp_f32::<FMA>((*s - max) * scale));
-                let inv_sum = 1.0 / p.iter().sum::<f32>();
+                let inv_sum = 1.0 / exp_in_place::<f32, FMA>(&mut p, max); // chapter 8's
                 let out = &mut context[i * d + q_at..][..d_head];
                 for (j, &w) in p.iter().enumerate() {
                     for (o, &v) in out.iter_mut().zip(&qkv[j * stride + v_at..][..d_head]) {
