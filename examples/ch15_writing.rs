@@ -44,7 +44,7 @@ use attention::gpt::optim::{AdamW, clip_global_norm};
 use attention::gpt::weights::{Gpt, Norm};
 use figures::LineChart;
 use figures::diagram::{Color, Diagram, Style, TextStyle};
-use ndarray::{Array1, Array2, Array4, ArrayView2};
+use ndarray::{Array1, Array2, Array4, ArrayView2, ArrayView3};
 use rand::{SeedableRng, rngs::StdRng};
 
 const ABOUT: &str = "Chapter 15, A model that writes: prints the model's size and cost, its \
@@ -689,6 +689,14 @@ impl<K: Kernels<f32>> Kernels<f32> for Timed<K> {
         grad_y: &ArrayView2<f32>,
     ) -> attention::Result<Array2<f32>> {
         self.time("attention", || self.inner.causal_attention_backward(qkv, weights, grad_y))
+    }
+    fn cached_attention(
+        &self,
+        q: &ArrayView2<f32>,
+        keys: &ArrayView3<f32>,
+        values: &ArrayView3<f32>,
+    ) -> attention::Result<Array2<f32>> {
+        self.time("attention", || self.inner.cached_attention(q, keys, values))
     }
     fn cross_entropy(
         &self,

@@ -183,7 +183,7 @@ impl<A: Float> KvCache<A> {
     /// Checks that `tokens` more tokens fit: a full cache refuses them when it has fewer
     /// free slots ([`AttentionError::CacheFull`], naming the first position with no room);
     /// a windowed cache always takes them.
-    fn check_room(&self, tokens: usize) -> Result<()> {
+    pub(crate) fn check_room(&self, tokens: usize) -> Result<()> {
         let slots = self.slots();
         if self.window.is_none() && self.len + tokens > slots {
             let position = self.position + (slots - self.len); // the first one with no room

@@ -248,7 +248,7 @@ impl<A: Float> Gpt<A> {
 
     /// `(B, T)` from `tokens`, or an error naming the problem.
     // ANCHOR: check_tokens
-    fn check_tokens(&self, tokens: &ArrayView2<usize>) -> Result<(usize, usize)> {
+    pub(super) fn check_tokens(&self, tokens: &ArrayView2<usize>) -> Result<(usize, usize)> {
         let (batch, t) = tokens.dim();
         let c = &self.config;
         if batch == 0 || t == 0 {

@@ -15,7 +15,9 @@
 //!
 //! Anchors (below the doc comments): `kernels`, `dense`, `dense_backward`, `fast_gelu`.
 
-use ndarray::{Array1, Array2, Array4, ArrayView2, ArrayViewMut2, linalg::general_mat_mul, s};
+use ndarray::{
+    Array1, Array2, Array4, ArrayView2, ArrayView3, ArrayViewMut2, linalg::general_mat_mul, s,
+};
 
 use super::ops;
 use super::weights::{Dense, Norm};
@@ -66,6 +68,15 @@ pub trait Kernels<A: Float>: Sync {
         qkv: &ArrayView2<A>,
         weights: &Array4<A>,
         grad_y: &ArrayView2<A>,
+    ) -> Result<Array2<A>>;
+    /// Causal attention of the `n` newest tokens over a KV cache that holds them last:
+    /// `q: (n, d)` their queries, heads side by side; `keys`, `values`: `(heads, m, d_head)`
+    /// in position order. Query `i` sees keys `0 ..= m − n + i`. The merged output `(n, d)`.
+    fn cached_attention(
+        &self,
+        q: &ArrayView2<A>,
+        keys: &ArrayView3<A>,
+        values: &ArrayView3<A>,
     ) -> Result<Array2<A>>;
     /// Mean cross-entropy of `logits: (N, V)` against `targets`, and its gradient.
     fn cross_entropy(
@@ -170,6 +181,14 @@ impl<A: Float> Kernels<A> for Exact {
         grad_y: &ArrayView2<A>,
     ) -> Result<Array2<A>> {
         ops::causal_attention_backward(qkv, weights, grad_y)
+    }
+    fn cached_attention(
+        &self,
+        q: &ArrayView2<A>,
+        keys: &ArrayView3<A>,
+        values: &ArrayView3<A>,
+    ) -> Result<Array2<A>> {
+        ops::cached_attention(q, keys, values)
     }
     fn cross_entropy(
         &self,
@@ -292,14 +311,15 @@ vectorised! {
 }
 
 vectorised! {
-    /// Row softmax of the scores `(t, t)` (row-major in `p`) in place, key `j > i` masked
-    /// out (weight 0).
-    fn causal_softmax(p: &mut [f32], t: usize) {
-        if t == 0 {
+    /// Row softmax of the scores `(n, m)` (row-major in `p`, `m` columns) in place, row `i`
+    /// seeing keys `0 ..= past + i` and the later ones masked out (weight 0): `past = 0` for
+    /// a causal pass over `(t, t)`, `m − n` for `n` new tokens over a cache of `m`.
+    fn causal_softmax(p: &mut [f32], m: usize, past: usize) {
+        if m == 0 {
             return;
         }
-        for (i, row) in p.chunks_exact_mut(t).enumerate() {
-            let (seen, future) = row.split_at_mut(i + 1);
+        for (i, row) in p.chunks_exact_mut(m).enumerate() {
+            let (seen, future) = row.split_at_mut(past + i + 1);
             let max = seen.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v));
             for v in seen.iter_mut() {
                 *v = exp_f32::<FMA>(*v - max);
@@ -311,9 +331,62 @@ vectorised! {
     }
 }
 
+vectorised! {
+    /// `c = a · b` for a few rows `a: (m, k)`, `b: (k, n)`, all row-major: row `i` of `c`
+    /// is the rows of `b` weighted by row `i` of `a`, added in order. One pass over `b`
+    /// per row and nothing copied, where GEMM would first repack all of `b`.
+    fn few_rows_times(a: &[f32], b: &[f32], k: usize, c: &mut [f32]) {
+        let n = b.len() / k;
+        for (a_row, c_row) in a.chunks_exact(k).zip(c.chunks_exact_mut(n)) {
+            c_row.fill(0.0);
+            for (&x, b_row) in a_row.iter().zip(b.chunks_exact(n)) {
+                for (c, &w) in c_row.iter_mut().zip(b_row) {
+                    *c = if FMA { x.mul_add(w, *c) } else { *c + x * w };
+                }
+            }
+        }
+    }
+}
+
+vectorised! {
+    /// `c = a · bᵀ` for a few rows `a: (m, k)` and `bt: (n, k)`, both row-major: every entry
+    /// a dot product, summed in 16 lanes.
+    fn few_rows_times_transposed(a: &[f32], bt: &[f32], k: usize, c: &mut [f32]) {
+        for (a_row, c_row) in a.chunks_exact(k).zip(c.chunks_exact_mut(bt.len() / k)) {
+            for (c, b_row) in c_row.iter_mut().zip(bt.chunks_exact(k)) {
+                let mut lanes = [0.0_f32; 16];
+                let (a16, a_tail) = a_row.split_at(k - k % 16);
+                let (b16, b_tail) = b_row.split_at(k - k % 16);
+                for (x, w) in a16.chunks_exact(16).zip(b16.chunks_exact(16)) {
+                    for l in 0..16 {
+                        lanes[l] = if FMA { x[l].mul_add(w[l], lanes[l]) } else { lanes[l] + x[l] * w[l] };
+                    }
+                }
+                let tail: f32 = a_tail.iter().zip(b_tail).map(|(x, w)| x * w).sum();
+                *c = lanes.iter().sum::<f32>() + tail;
+            }
+        }
+    }
+}
+
+/// Rows of `a` at or below which [`Fast`]'s product skips GEMM (a decoding step has one).
+const FEW_ROWS: usize = 4;
+
 impl Kernels<f32> for Fast {
     fn matmul(&self, a: &ArrayView2<f32>, b: &ArrayView2<f32>) -> Array2<f32> {
-        let mut c = Array2::uninit((a.nrows(), b.ncols()));
+        let ((m, k), n) = (a.dim(), b.ncols());
+        if let Some(a) = a.as_slice().filter(|_| m <= FEW_ROWS && k > 0 && n > 0) {
+            let mut c = vec![0.0; m * n];
+            if let Some(b) = b.as_slice() {
+                few_rows_times(a, b, k, &mut c);
+                return Array2::from_shape_vec((m, n), c).expect("m·n entries");
+            }
+            if let Some(bt) = b.t().as_slice() {
+                few_rows_times_transposed(a, bt, k, &mut c);
+                return Array2::from_shape_vec((m, n), c).expect("m·n entries");
+            }
+        }
+        let mut c = Array2::uninit((m, n));
         gemm_into(1.0, a, b, c.view_mut());
         // SAFETY: gemm_into wrote every entry.
         unsafe { c.assume_init() }
@@ -413,12 +486,35 @@ impl Kernels<f32> for Fast {
                 gemm_into(scale, &q, &k.t(), p.view_mut()); // S = Q·Kᵀ/√d_head
                 // SAFETY: gemm_into wrote every entry of this head's scores.
                 let mut p = unsafe { p.assume_init() };
-                causal_softmax(p.as_slice_mut().expect("row-major"), t);
+                causal_softmax(p.as_slice_mut().expect("row-major"), t, 0);
                 gemm_into(1.0, &p.view(), &v, y.slice_mut(s![rows.clone(), cols])); // P·V
             }
         }
         // SAFETY: every head wrote its scores and its columns of every row.
         Ok(unsafe { (y.assume_init(), weights.assume_init()) })
+    }
+
+    fn cached_attention(
+        &self,
+        q: &ArrayView2<f32>,
+        keys: &ArrayView3<f32>,
+        values: &ArrayView3<f32>,
+    ) -> Result<Array2<f32>> {
+        let (n, m) = ops::cached_sizes(q, keys, values)?;
+        let d_head = keys.shape()[2];
+        let scale = 1.0 / (d_head as f32).sqrt();
+        let mut y = Array2::uninit(q.raw_dim());
+        let mut scores = Array2::uninit((n, m));
+        for (h, (k, v)) in keys.outer_iter().zip(values.outer_iter()).enumerate() {
+            let cols = h * d_head..(h + 1) * d_head;
+            gemm_into(scale, &q.slice(s![.., cols.clone()]), &k.t(), scores.view_mut());
+            // SAFETY: gemm_into wrote every entry of the scores.
+            let mut p = unsafe { scores.view_mut().assume_init() };
+            causal_softmax(p.as_slice_mut().expect("row-major"), m, m - n);
+            gemm_into(1.0, &p.view(), &v, y.slice_mut(s![.., cols])); // P·V
+        }
+        // SAFETY: every head wrote its columns of every row.
+        Ok(unsafe { y.assume_init() })
     }
 
     fn causal_attention_backward(

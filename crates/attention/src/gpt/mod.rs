@@ -18,13 +18,16 @@
 //!   rows, and BERT's encoder layer on them ([`FastEncoderLayer`](packed::FastEncoderLayer)).
 //!
 //! - [`train`]: one training step, the batch split over the cores; the validation loss.
-//! - [`sample`]: writing, one character at a time.
+//! - [`sample`]: writing, one character at a time: temperature, top-k, top-p, min-p.
+//! - [`generate`]: chapter 16's writing through the KV cache: prefill, then one token per
+//!   step ([`Writer`](generate::Writer)).
 //!
 //! A gradient is named `grad_` and what it is the gradient of, as in Part III.
 
 pub mod config;
 pub mod data;
 pub mod forward;
+pub mod generate;
 pub mod kernels;
 pub mod ops;
 pub mod optim;

@@ -13,9 +13,9 @@
 //! same bits on every machine.
 //!
 //! Anchors (below the doc comments): `layer_norm_backward`, `gelu_backward`,
-//! `causal_attention`, `cross_entropy`.
+//! `causal_attention`, `cached_attention`, `cross_entropy`.
 
-use ndarray::{Array1, Array2, Array4, ArrayView2, Axis, s};
+use ndarray::{Array1, Array2, Array4, ArrayView2, ArrayView3, Axis, s};
 
 use super::weights::Norm;
 use crate::error::{AttentionError, Result};
@@ -192,6 +192,69 @@ pub fn causal_attention<A: Float>(
     Ok((merge(&att.output), att.weights))
 }
 // ANCHOR_END: causal_attention
+
+/// Causal attention of the `n` newest tokens over a KV cache that already holds them: `q:
+/// (n, d)` their queries, heads side by side; `keys`, `values`: `(heads, m, d_head)`, `m ≥ n`,
+/// the cache's tokens in position order, the new ones last. Query `i` sees keys
+/// `0 ..= m − n + i`. Returns the merged output `(n, d)`.
+///
+/// Row `i` has the same bits as row `m − n + i` of [`causal_attention`] over all `m`
+/// tokens: every score is the same sum in the same order, and the keys the full pass masks
+/// out add exact zeros to its sums.
+///
+/// ```
+/// use attention::gpt::ops::{cached_attention, causal_attention};
+/// use ndarray::{Array2, Array3, s};
+///
+/// let qkv = Array2::<f64>::from_shape_fn((4, 3 * 4), |(i, j)| ((i * 7 + j) % 5) as f64 / 4.0);
+/// let (full, _) = causal_attention(&qkv.view(), 1, 2).unwrap(); // 4 tokens, 2 heads
+/// // the cache: keys and values (heads, m, d_head) of all 4 tokens
+/// let heads = |c: usize| Array3::from_shape_fn((2, 4, 2), |(h, t, j)| qkv[[t, c + 2 * h + j]]);
+/// let (keys, values) = (heads(4), heads(8));
+/// let last = cached_attention(&qkv.slice(s![3.., ..4]), &keys.view(), &values.view()).unwrap();
+/// assert_eq!(last.row(0), full.row(3)); // bit for bit
+/// ```
+// ANCHOR: cached_attention
+pub fn cached_attention<A: Float>(
+    q: &ArrayView2<A>,
+    keys: &ArrayView3<A>,
+    values: &ArrayView3<A>,
+) -> Result<Array2<A>> {
+    let (n, m) = cached_sizes(q, keys, values)?;
+    let heads = keys.shape()[0];
+    let q = split(q, 1, n, heads); // (1, heads, n, d_head)
+    let (k, v) = (keys.insert_axis(Axis(0)), values.insert_axis(Axis(0)));
+    let seen = Mask::from_array(Array2::from_shape_fn((n, m), |(i, j)| j <= m - n + i))?;
+    let att = exact::sdpa(&q, &k.to_owned(), &v.to_owned(), Some(&seen))?;
+    Ok(merge(&att.output))
+}
+// ANCHOR_END: cached_attention
+
+/// `(n, m)` for [`cached_attention`], or an error naming the shape at fault.
+pub(super) fn cached_sizes<A>(
+    q: &ArrayView2<A>,
+    keys: &ArrayView3<A>,
+    values: &ArrayView3<A>,
+) -> Result<(usize, usize)> {
+    let (heads, m, d_head) = keys.dim();
+    let (n, d) = q.dim();
+    if values.dim() != keys.dim() {
+        let expected = format!("the keys' shape {:?} was expected", keys.shape());
+        return Err(AttentionError::shape("values", values.shape(), &expected));
+    }
+    if n == 0 || n > m || d != heads * d_head {
+        let expected = format!(
+            "(n, heads·d_head) with 1 ≤ n ≤ {m} cached tokens and heads·d_head = {}",
+            heads * d_head
+        );
+        return Err(AttentionError::shape(
+            "q",
+            q.shape(),
+            &format!("{expected} was expected"),
+        ));
+    }
+    Ok((n, m))
+}
 
 /// The backward pass of [`causal_attention`]: from the same `qkv`, the forward pass's
 /// weights and the gradient of the merged output `(B·T, d)`, the gradient of `qkv`, in its

@@ -208,3 +208,20 @@ fn the_fast_path_agrees_with_the_exact_path() {
         fast.loss_and_grads_with(&Exact, &tokens.view(), &targets.view()).unwrap();
     assert!((loss_32 - loss_e).abs() < 1e-5);
 }
+
+#[test]
+fn the_fast_product_of_few_rows_agrees_with_the_f64_sum() {
+    use super::kernels::{Fast, Kernels};
+    let mut rng = StdRng::seed_from_u64(11);
+    for (m, k, n) in [(1, 128, 384), (2, 37, 5), (3, 16, 71), (4, 130, 17), (5, 33, 9)] {
+        let a = Array2::from_shape_simple_fn((m, k), || rng.random_range(-1.0_f32..1.0));
+        let b = Array2::from_shape_simple_fn((k, n), || rng.random_range(-1.0_f32..1.0));
+        let bt = b.t().to_owned(); // (n, k): the tied head's layout, read through .t()
+        let reference = a.mapv(f64::from).dot(&b.mapv(f64::from));
+        for c in [Fast.matmul(&a.view(), &b.view()), Fast.matmul(&a.view(), &bt.t())] {
+            let worst =
+                (&c.mapv(f64::from) - &reference).iter().fold(0.0_f64, |w, d| w.max(d.abs()));
+            assert!(worst < 2e-5, "({m}, {k}, {n}): {worst}");
+        }
+    }
+}
