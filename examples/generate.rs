@@ -11,13 +11,18 @@
 //!   the prompt is not repeated. Everything else (what was loaded, the speed) goes to
 //!   standard error.
 //! - The prompt goes through the model in one pass that fills the KV cache (the prefill);
-//!   then each character is one step through the cache. `--no-cache` runs the whole context
-//!   through the model at every step instead: the same text, more slowly.
+//!   then each character is one step through the cache. `--no-cache` runs the whole window
+//!   through the model at every step instead, more slowly: with `--exact` the same text; on
+//!   the fast path the same up to `f32` rounding, which can, rarely, change a draw.
+//! - The model sees at most its context (64 characters for chapter 15's): when the text
+//!   outgrows it, the window starts again from its last half (one prefill), so writing stays
+//!   fast however long the text.
 //! - `--temperature 0` is greedy decoding; `--top-k`, `--top-p` and `--min-p` filter the
 //!   candidates (in that order, after the temperature), as chapter 16 explains.
 //! - `--score FILE` prints the model's mean cross-entropy per character of FILE, in nats,
 //!   instead of writing: every character after the first predicted from the ones before it
-//!   (within windows of the model's context). Lower is better; it is how to compare two
+//!   in its window (the text cut into windows of the model's context, side by side, as
+//!   chapter 15's validation loss is measured). Lower is better; it is how to compare two
 //!   checkpoints on the same text.
 //! - The fast `f32` path is the default; `--exact` runs the exact path, whose text and
 //!   scores have the same bits on every machine (what the book quotes).
@@ -25,7 +30,7 @@
 //! Errors (a checkpoint missing, corrupt or of another shape; a prompt or a file with
 //! characters the model's vocabulary lacks, each named with where it is; a file that is not
 //! UTF-8 text or too short) stop the tool with one line `error: ...` and exit code 1; a bad
-//! command line with clap's message and 2. A reader that closes the pipe (`| head -c 100`)
+//! command line (a setting out of its range included) with clap's message and 2. A reader that closes the pipe (`| head -c 100`)
 //! ends the run quietly.
 
 use std::io::{ErrorKind, Write};
@@ -50,23 +55,30 @@ pub struct Cli {
     /// the train tool saves it [default: chapter 15's committed model].
     #[arg(long, value_name = "DIR")]
     checkpoint: Option<PathBuf>,
-    /// The text to go on from (at least one character).
+    /// The text to go on from, at least one character [default: a newline, where a speech
+    /// starts].
     #[arg(long, default_value = "\n", hide_default_value = true)]
     prompt: String,
-    /// Characters to write [default: 500].
+    /// Characters to write.
     #[arg(long, value_name = "N", default_value_t = 500)]
     tokens: usize,
-    /// Scores divided by T before the softmax; 0 is greedy (the most probable character).
-    #[arg(long, value_name = "T", default_value_t = 1.0, allow_negative_numbers = true)]
+    /// Scores divided by T before the softmax (T ≥ 0); 0 is greedy (the most probable
+    /// character).
+    #[arg(long, value_name = "T", default_value_t = 1.0, allow_negative_numbers = true,
+          value_parser = in_range("T", 0.0, f64::INFINITY, false))]
     temperature: f64,
     /// Draw only from the K most probable characters.
     #[arg(long, value_name = "K", value_parser = clap::value_parser!(u64).range(1..))]
     top_k: Option<u64>,
-    /// Draw only from the most probable characters whose probabilities first reach P (0 < P ≤ 1).
-    #[arg(long, value_name = "P", allow_negative_numbers = true)]
+    /// Draw only from the most probable characters whose probabilities first reach P
+    /// (0 < P ≤ 1).
+    #[arg(long, value_name = "P", allow_negative_numbers = true,
+          value_parser = in_range("P", 0.0, 1.0, true))]
     top_p: Option<f64>,
-    /// Draw only from the characters at least M times as probable as the most probable one.
-    #[arg(long, value_name = "M", allow_negative_numbers = true)]
+    /// Draw only from the characters at least M times as probable as the most probable one
+    /// (0 ≤ M ≤ 1).
+    #[arg(long, value_name = "M", allow_negative_numbers = true,
+          value_parser = in_range("M", 0.0, 1.0, false))]
     min_p: Option<f64>,
     /// Seeds the draws: the same seed, the same text.
     #[arg(long, value_name = "S", default_value_t = 0)]
@@ -116,11 +128,7 @@ pub fn run(cli: &Cli, out: &mut dyn Write, log: &mut dyn Write) -> Result<u8, St
         top_p: cli.top_p,
         min_p: cli.min_p,
     };
-    if let Err(e) = sampler.validate() {
-        // "sampler: top_p = 2 must be …" → "--top-p 2 must be …"
-        let message = e.to_string().replacen("sampler: ", "--", 1).replacen(" = ", " ", 1);
-        return Err(message.replacen("top_", "top-", 1).replacen("min_p", "min-p", 1));
-    }
+    sampler.validate().map_err(|e| e.to_string())?; // clap checked the ranges already
     let dir = cli.checkpoint.clone().unwrap_or_else(pretrained::shakespeare_dir);
     let (gpt, vocab) = pretrained::gpt2::load(&dir).map_err(|e| e.to_string())?;
     let result = match (&cli.score, cli.exact) {
@@ -133,6 +141,28 @@ pub fn run(cli: &Cli, out: &mut dyn Write, log: &mut dyn Write) -> Result<u8, St
         Err(Failure::Closed) => Ok(0), // the reader stopped reading: a quiet end
         Err(Failure::Message(message)) => Err(message),
         Ok(()) => Ok(0),
+    }
+}
+
+/// A parser for a number from `low` to `high` (`low` itself excluded if `open`), finite.
+fn in_range(
+    name: &'static str,
+    low: f64,
+    high: f64,
+    open: bool,
+) -> impl Fn(&str) -> Result<f64, String> + Clone {
+    move |text| {
+        let x: f64 = text.parse().map_err(|_| format!("{text:?} is not a number"))?;
+        let above = if open { x > low } else { x >= low };
+        if above && x <= high && x.is_finite() {
+            return Ok(x);
+        }
+        let (bracket, top) =
+            if high.is_finite() { ("]", high.to_string()) } else { (")", "∞".into()) };
+        Err(format!(
+            "{name} = {x} is out of its range {}{low}, {top}{bracket}",
+            if open { "(" } else { "[" }
+        ))
     }
 }
 

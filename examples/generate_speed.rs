@@ -11,8 +11,10 @@
 //! window starting again; its weights are random (seed 0), since the time does not depend on
 //! them. For every prompt length `L` (a random text, seed `L`) and both ways, it writes
 //! `--tokens` characters greedily on the fast `f32` path, from the prompt to the last
-//! character (prefill included), `--runs` times taking turns, and prints one CSV line per
-//! length and way: `prompt,way,seconds,chars_per_second` (the median run).
+//! character (prefill included), `--runs` times taking turns after one run to warm up, and
+//! prints one CSV line per length and way: `prompt,way,seconds,chars_per_second` (the median
+//! run). Writing runs on one core: the products of a few rows are plain loops, and the
+//! prefill's GEMMs (the `matrixmultiply` crate, without its threading) run on one thread.
 
 use std::time::Instant;
 
@@ -49,14 +51,16 @@ fn main() {
         let mut rng = StdRng::seed_from_u64(length.into());
         let prompt: Vec<usize> = (0..length).map(|_| rng.random_range(0..71)).collect();
         let mut times = [vec![], vec![]];
-        for _ in 0..cli.runs {
+        for run in 0..=cli.runs {
             for (way, cache) in [true, false].into_iter().enumerate() {
                 let started = Instant::now();
                 let mut writer = Writer::new(&gpt, &Fast, &prompt, cache).expect("a prompt");
                 for _ in 0..cli.tokens {
                     writer.next(&Sampler::greedy(), &mut rng).expect("finite logits");
                 }
-                times[way].push(started.elapsed().as_secs_f64());
+                if run > 0 {
+                    times[way].push(started.elapsed().as_secs_f64()); // run 0 warms up
+                }
             }
         }
         for (way, name) in ["cache", "no cache"].iter().enumerate() {

@@ -108,9 +108,19 @@ fn bad_prompts_files_checkpoints_and_settings_are_one_line() {
          (line:column)"
     );
     assert!(error(&["--prompt", ""]).starts_with("--prompt is empty"));
-    assert_eq!(error(&["--top-p", "1.5"]), "--top-p 1.5 must be in (0, 1]");
-    assert_eq!(error(&["--min-p", "-0.1"]), "--min-p -0.1 must be in [0, 1]");
-    assert!(error(&["--temperature", "-1"]).starts_with("--temperature -1 must be"));
+    // settings out of their range are usage errors: clap's message, exit code 2
+    for (args, message) in [
+        (["--top-p", "1.5"], "P = 1.5 is out of its range (0, 1]"),
+        (["--top-p", "0"], "P = 0 is out of its range (0, 1]"),
+        (["--min-p", "-0.1"], "M = -0.1 is out of its range [0, 1]"),
+        (["--temperature", "-1"], "T = -1 is out of its range [0, ∞)"),
+        (["--temperature", "nan"], "T = NaN is out of its range [0, ∞)"),
+    ] {
+        let all = std::iter::once("generate").chain(args);
+        let e = generate::Cli::try_parse_from(all).unwrap_err();
+        assert_eq!(e.exit_code(), 2);
+        assert!(e.to_string().contains(message), "{e}");
+    }
 
     let dir = tempfile::tempdir().unwrap();
     let path = |name: &str| dir.path().join(name).to_str().unwrap().to_string();

@@ -15,11 +15,18 @@ the longest prompt and what is written after it fit; random weights (the time do
 on them). On the PyTorch side: GPT2LMHeadModel in float32, model.eval(),
 torch.inference_mode(), torch.set_num_threads(--threads), and
 model.generate(ids, max_new_tokens=64, min_new_tokens=64, do_sample=False, use_cache=...)
-(greedy, transformers' default attention implementation); on ours,
+(greedy, transformers' default attention implementation, SDPA); on ours,
 `cargo run --release --example generate_speed`, the crate's fast f32 path through
-attention::gpt::generate::Writer, RAYON_NUM_THREADS and MATMUL_NUM_THREADS set to --threads.
-Both time the whole call, the prompt's prefill included, and report characters written per
-second, the median of --runs runs (after one warm-up call on PyTorch's side).
+attention::gpt::generate::Writer, which writes on one core whatever --threads says (PyTorch
+gets --threads, 2 by default: the comparison gives PyTorch the machine's two cores and ours
+one). Both time the whole call, the prompt's prefill included, and report characters written
+per second, the median of --runs runs after one warm-up run. "No cache" is, on both sides, one
+causal pass over the whole text for every character (transformers' use_cache=False; ours the
+same pass, through a cache thrown away after it).
+
+For a model this small, transformers' time per character is mostly Python's: generate's
+bookkeeping and the modules' calls, not arithmetic. The table measures what a reader gets
+from each library, not the arithmetic alone.
 
 The machine's other load shows up in every number: close other programs, and rerun when the
 numbers look noisy.

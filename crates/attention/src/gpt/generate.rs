@@ -12,8 +12,9 @@
 //!   next position; in every block its query attends over the cache, its own key and value
 //!   appended first. One row of work per block instead of the whole context.
 //!
-//! On the exact path the logits of every step have the same bits as the same row of a full
-//! causal pass over the whole text (the tests check it, and a bound of `1e-12` in `f64`).
+//! On the exact path the logits of every step have the same bits as the same row of one full
+//! causal pass over the same tokens (the tests check it, and a bound of `1e-12` in `f64`); on
+//! the fast path they differ by `f32` rounding (its products are summed in another order).
 //!
 //! The model knows `block_size` positions, so its cache holds `block_size` tokens. A
 //! [`Writer`] writes on past that: when the text outgrows the model's window, it keeps the
@@ -220,12 +221,13 @@ impl<A: Float> Gpt<A> {
     /// Checks, before anything is appended, that `tokens` can go into `cache`.
     fn check_cache(&self, cache: &GptCache<A>, tokens: &[usize]) -> Result<()> {
         let c = &self.config;
+        c.validate()?;
+        let position = cache.position();
         let fits = cache.blocks.len() == c.n_layer
             && cache.blocks.iter().all(|kv| {
-                let (heads, slots, d_head) = kv.keys().dim();
-                (heads, d_head, kv.slots(), kv.window())
-                    == (c.n_head, c.d_head(), c.block_size, None)
-                    && slots == kv.len()
+                let (heads, _, d_head) = kv.keys().dim();
+                (heads, d_head, kv.slots(), kv.window(), kv.position())
+                    == (c.n_head, c.d_head(), c.block_size, None, position)
             });
         if !fits {
             return Err(AttentionError::Invalid {
@@ -314,7 +316,7 @@ impl<'a, A: Float, K: Kernels<A>> Writer<'a, A, K> {
         let cache = if cache { Some(gpt.new_cache()?) } else { None };
         let mut writer =
             Writer { gpt, kernels, cache, text: prompt.to_vec(), start, logits: None };
-        writer.logits = Some(writer.refill()?);
+        writer.logits = Some(writer.refill(start)?);
         Ok(writer)
     }
 
@@ -337,7 +339,10 @@ impl<'a, A: Float, K: Kernels<A>> Writer<'a, A, K> {
             Some(logits) => logits,
             None => self.advance()?, // the model has not seen the last token yet
         };
-        let token = sampler.pick(logits.as_slice().expect("one row"), rng)?;
+        let picked = sampler.pick(logits.as_slice().expect("one row"), rng);
+        self.logits = Some(logits); // kept until a token is drawn: an error changes nothing
+        let token = picked?;
+        self.logits = None;
         self.text.push(token);
         Ok(token)
     }
@@ -350,37 +355,41 @@ impl<'a, A: Float, K: Kernels<A>> Writer<'a, A, K> {
     fn advance(&mut self) -> Result<Array1<A>> {
         let start = self.window_start();
         if start != self.start {
-            self.start = start; // the window was full: start again from its last half
-            return self.refill();
+            let logits = self.refill(start)?; // the window was full: start again from its last half
+            self.start = start;
+            return Ok(logits);
         }
         let last = *self.text.last().expect("a prompt");
         match &mut self.cache {
             Some(cache) => self.gpt.step_with(self.kernels, cache, last),
-            None => self.full_pass(),
+            None => self.full_pass(self.start),
         }
     }
     // ANCHOR_END: writer_advance
 
-    /// The prediction after `text[start..]` from scratch: a fresh cache and one prefill, or
-    /// one full pass.
-    fn refill(&mut self) -> Result<Array1<A>> {
-        let window = &self.text[self.start..];
+    /// The prediction after `text[start..]` from scratch: a fresh cache filled by one
+    /// prefill (kept only if it succeeds), or one full pass.
+    fn refill(&mut self, start: usize) -> Result<Array1<A>> {
+        let window = &self.text[start..];
         match &mut self.cache {
             Some(cache) => {
-                *cache = self.gpt.new_cache()?;
-                let logits = self.gpt.prefill_with(self.kernels, cache, window)?;
+                let mut fresh = self.gpt.new_cache()?;
+                let logits = self.gpt.prefill_with(self.kernels, &mut fresh, window)?;
+                *cache = fresh;
                 Ok(logits.row(window.len() - 1).to_owned())
             }
-            None => self.full_pass(),
+            None => self.full_pass(start),
         }
     }
 
-    /// The last row of the logits of one full causal pass over `text[start..]`.
-    fn full_pass(&self) -> Result<Array1<A>> {
-        let window = &self.text[self.start..];
-        let ids = ArrayView2::from_shape((1, window.len()), window).expect("one row");
-        let logits = self.gpt.logits_with(self.kernels, &ids)?;
-        Ok(logits.slice(s![0, -1, ..]).to_owned())
+    /// The last row of the logits of one full causal pass over `text[start..]`: a prefill
+    /// into a cache thrown away after it, which is the pass [`Gpt::logits_with`] makes (the
+    /// tests check it, bit for bit on the exact path) without keeping what training needs.
+    fn full_pass(&self, start: usize) -> Result<Array1<A>> {
+        let window = &self.text[start..];
+        let logits =
+            self.gpt.prefill_with(self.kernels, &mut self.gpt.new_cache()?, window)?;
+        Ok(logits.row(window.len() - 1).to_owned())
     }
 
     /// The text so far: the prompt, then every token written.
@@ -507,6 +516,28 @@ mod tests {
         assert!(gap > 1e-3, "{gap}");
         let mut cache = gpt.new_cache().unwrap();
         assert_eq!(gpt.prefill_with(&Exact, &mut cache, &second).unwrap(), fresh);
+    }
+
+    #[test]
+    fn a_refused_draw_changes_nothing_and_long_prompts_keep_their_end() {
+        let gpt = Gpt::<f64>::init(config(), &mut StdRng::seed_from_u64(8)).unwrap();
+        let bad = Sampler { top_p: Some(2.0), ..Sampler::default() };
+        let good = Sampler::default();
+        let prompt = text(20, 3); // longer than block_size = 12: the model sees the last 12
+        let mut cached = Writer::new(&gpt, &Exact, &prompt, true).unwrap();
+        let mut plain = Writer::new(&gpt, &Exact, &prompt, false).unwrap();
+        assert_eq!(cached.window(), &prompt[8..]);
+        let (mut a, mut b) = (StdRng::seed_from_u64(1), StdRng::seed_from_u64(1));
+        for step in 0..25 {
+            if step % 5 == 2 {
+                assert!(cached.next(&bad, &mut a).is_err()); // and nothing moves
+            }
+            assert_eq!(
+                cached.next(&good, &mut a).unwrap(),
+                plain.next(&good, &mut b).unwrap()
+            );
+        }
+        assert_eq!(cached.text(), plain.text());
     }
 
     #[test]

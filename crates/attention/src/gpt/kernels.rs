@@ -335,7 +335,7 @@ vectorised! {
     /// `c = a · b` for a few rows `a: (m, k)`, `b: (k, n)`, all row-major: row `i` of `c`
     /// is the rows of `b` weighted by row `i` of `a`, added in order. One pass over `b`
     /// per row and nothing copied, where GEMM would first repack all of `b`.
-    fn few_rows_times(a: &[f32], b: &[f32], k: usize, c: &mut [f32]) {
+    pub(super) fn few_rows_times(simd: Simd, a: &[f32], b: &[f32], k: usize, c: &mut [f32]) {
         let n = b.len() / k;
         for (a_row, c_row) in a.chunks_exact(k).zip(c.chunks_exact_mut(n)) {
             c_row.fill(0.0);
@@ -351,7 +351,7 @@ vectorised! {
 vectorised! {
     /// `c = a · bᵀ` for a few rows `a: (m, k)` and `bt: (n, k)`, both row-major: every entry
     /// a dot product, summed in 16 lanes.
-    fn few_rows_times_transposed(a: &[f32], bt: &[f32], k: usize, c: &mut [f32]) {
+    pub(super) fn few_rows_times_transposed(simd: Simd, a: &[f32], bt: &[f32], k: usize, c: &mut [f32]) {
         for (a_row, c_row) in a.chunks_exact(k).zip(c.chunks_exact_mut(bt.len() / k)) {
             for (c, b_row) in c_row.iter_mut().zip(bt.chunks_exact(k)) {
                 let mut lanes = [0.0_f32; 16];
@@ -376,13 +376,14 @@ impl Kernels<f32> for Fast {
     fn matmul(&self, a: &ArrayView2<f32>, b: &ArrayView2<f32>) -> Array2<f32> {
         let ((m, k), n) = (a.dim(), b.ncols());
         if let Some(a) = a.as_slice().filter(|_| m <= FEW_ROWS && k > 0 && n > 0) {
-            let mut c = vec![0.0; m * n];
             if let Some(b) = b.as_slice() {
-                few_rows_times(a, b, k, &mut c);
+                let mut c = vec![0.0; m * n];
+                few_rows_times(simd(), a, b, k, &mut c);
                 return Array2::from_shape_vec((m, n), c).expect("m·n entries");
             }
             if let Some(bt) = b.t().as_slice() {
-                few_rows_times_transposed(a, bt, k, &mut c);
+                let mut c = vec![0.0; m * n];
+                few_rows_times_transposed(simd(), a, bt, k, &mut c);
                 return Array2::from_shape_vec((m, n), c).expect("m·n entries");
             }
         }

@@ -144,6 +144,12 @@ pub fn sample<A: Float, K: Kernels<A>, R: Rng + ?Sized>(
 /// `Sampler::default()` (temperature 1, no filter) the same token as `draw` at
 /// temperature 1 from the same generator.
 ///
+/// Where Hugging Face differs: its top-k keeps every token tied with the `k`-th (here
+/// exactly `k`, the lower indices first), and treats `top_k = 0` as no filter (here an
+/// error); its top-p breaks ties at the crossing in whatever order its sort leaves them
+/// (here by index); and it has no temperature 0 (greedy is `do_sample=False`). Logits
+/// without ties, as a trained model's almost always are, give the same filters.
+///
 /// ```
 /// use attention::gpt::sample::Sampler;
 ///
@@ -264,15 +270,16 @@ impl Sampler {
     }
     // ANCHOR_END: sampler_pick
 
-    /// `exp(z/τ − max)` for every token the filters keep, 0 for the others.
+    /// `exp((z − max z)/τ)` for every token the filters keep, 0 for the others.
     // ANCHOR: sampler_weights
     fn weights<A: Float>(&self, logits: &[A]) -> Vec<f64> {
-        let z: Vec<f64> = logits.iter().map(|&v| to_f64(v) / self.temperature).collect();
+        let z: Vec<f64> = logits.iter().map(|&v| to_f64(v)).collect();
         let max = z.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-        let w: Vec<f64> = z.iter().map(|&v| libm::exp(v - max)).collect();
+        // (z − max)/τ ≤ 0 for every token, however small τ: no overflow, the best one 1
+        let w: Vec<f64> = z.iter().map(|&v| libm::exp((v - max) / self.temperature)).collect();
         // Most probable first; equals in index order, so that every machine keeps the same.
         let mut order: Vec<usize> = (0..z.len()).collect();
-        order.sort_by(|&a, &b| z[b].total_cmp(&z[a]).then(a.cmp(&b)));
+        order.sort_by(|&a, &b| z[b].partial_cmp(&z[a]).expect("finite").then(a.cmp(&b)));
         let mut keep = order.len();
         if let Some(k) = self.top_k {
             keep = keep.min(k);
@@ -339,6 +346,9 @@ mod tests {
     /// Hilferty's approximation of the quantile, z = 3.090 for 0.999; a little above the
     /// table's value for few degrees of freedom).
     fn critical(df: usize) -> f64 {
+        if df == 0 {
+            return 0.0; // one possible token: any other draw is wrong
+        }
         let k = df as f64;
         let a = 2.0 / (9.0 * k);
         k * (1.0 - a + 3.090 * a.sqrt()).powi(3)
@@ -383,39 +393,106 @@ mod tests {
         }
     }
 
+    /// The distribution a sampler should draw from, written independently of
+    /// [`Sampler::distribution`]: softmax at temperature τ; top-k keeps a token if fewer
+    /// than `k` are more probable; top-p keeps a token if the kept tokens more probable
+    /// than it hold less than `p` of the kept mass; min-p keeps a token at least `min_p`
+    /// times as probable as the most probable kept one. (No ties at the boundaries here.)
+    fn reference(logits: &[f64], s: &Sampler) -> Vec<f64> {
+        let e: Vec<f64> = logits.iter().map(|z| (z / s.temperature).exp()).collect();
+        let mut p: Vec<f64> = e.iter().map(|x| x / e.iter().sum::<f64>()).collect();
+        let renormalise = |p: &mut Vec<f64>| {
+            let total: f64 = p.iter().sum();
+            p.iter_mut().for_each(|x| *x /= total);
+        };
+        if let Some(k) = s.top_k {
+            let q = p.clone();
+            for (i, x) in p.iter_mut().enumerate() {
+                if q.iter().filter(|&&y| y > q[i]).count() >= k {
+                    *x = 0.0;
+                }
+            }
+            renormalise(&mut p);
+        }
+        if let Some(top) = s.top_p {
+            let q = p.clone();
+            for (i, x) in p.iter_mut().enumerate() {
+                if q.iter().filter(|&&y| y > q[i]).sum::<f64>() >= top {
+                    *x = 0.0;
+                }
+            }
+            renormalise(&mut p);
+        }
+        if let Some(m) = s.min_p {
+            let best = p.iter().copied().fold(0.0, f64::max);
+            p.iter_mut().filter(|x| **x < m * best).for_each(|x| *x = 0.0);
+            renormalise(&mut p);
+        }
+        p
+    }
+
     #[test]
     fn draws_follow_the_distribution_and_a_wrong_sampler_is_caught() {
         let n = 40_000;
         for (s, sampler) in samplers().into_iter().enumerate() {
-            let p = sampler.distribution(&LOGITS).unwrap();
+            let p = reference(&LOGITS, &sampler);
+            let ours = sampler.distribution(&LOGITS).unwrap();
+            assert!(p.iter().zip(&ours).all(|(a, b)| (a - b).abs() < 1e-12), "{sampler:?}");
             let c = counts(n, s as u64, 8, |rng| sampler.pick(&LOGITS, rng).unwrap());
             let (chi, df) = chi_square(&c, &p, n);
-            assert!(chi < critical(df), "{sampler:?}: χ² = {chi} with {df} df");
+            assert!(chi <= critical(df), "{sampler:?}: χ² = {chi} with {df} df");
         }
-        // The bound catches real mistakes: drawing from softmax(z) with the filters forgotten,
-        // temperature applied after top-p, the nucleus without its crossing token, and
+        // The bound catches real mistakes: temperature applied after top-p instead of
+        // before, the filters forgotten, the nucleus without its crossing token, and
         // probabilities taken proportional to the logits.
-        let nucleus = Sampler { top_p: Some(0.7), ..Sampler::default() };
-        let target = nucleus.distribution(&LOGITS).unwrap();
-        let forgot = counts(n, 1, 8, |rng| Sampler::default().pick(&LOGITS, rng).unwrap());
-        assert!(chi_square(&forgot, &target, n).0 > 100.0 * critical(3));
+        let rejected = |c: &[usize], p: &[f64]| {
+            let (chi, df) = chi_square(c, p, n);
+            chi > critical(df)
+        };
         let hot = Sampler { temperature: 1.7, top_p: Some(0.5), ..Sampler::default() };
-        let after =
-            Sampler { top_p: Some(0.5), ..Sampler::default() }.distribution(&LOGITS).unwrap();
+        let after = reference(&LOGITS, &Sampler { top_p: Some(0.5), ..Sampler::default() });
         let c = counts(n, 2, 8, |rng| hot.pick(&LOGITS, rng).unwrap());
-        assert!(chi_square(&c, &after, n).0 > 10.0 * critical(3));
-        let mut no_crossing = target.clone();
+        assert!(!rejected(&c, &reference(&LOGITS, &hot)) && rejected(&c, &after));
+        let nucleus = reference(&LOGITS, &Sampler { top_p: Some(0.7), ..Sampler::default() });
+        let forgot = counts(n, 1, 8, |rng| Sampler::default().pick(&LOGITS, rng).unwrap());
+        assert!(rejected(&forgot, &nucleus));
+        let mut no_crossing = nucleus.clone();
         let last = (0..8)
-            .filter(|&i| target[i] > 0.0)
-            .min_by(|&a, &b| target[a].total_cmp(&target[b]))
+            .filter(|&i| nucleus[i] > 0.0)
+            .min_by(|&a, &b| nucleus[a].total_cmp(&nucleus[b]))
             .unwrap();
         no_crossing[last] = 0.0;
         let c = counts(n, 3, 8, |rng| walk(&no_crossing, no_crossing.iter().sum(), rng));
-        assert!(chi_square(&c, &target, n).0 > critical(3));
-        let softmax = Sampler::default().distribution(&LOGITS).unwrap();
+        assert!(rejected(&c, &nucleus));
+        let softmax = reference(&LOGITS, &Sampler::default());
         let shifted: Vec<f64> = LOGITS.iter().map(|z| z + 2.0).collect(); // all positive
         let c = counts(n, 4, 8, |rng| walk(&shifted, shifted.iter().sum(), rng));
-        assert!(chi_square(&c, &softmax, n).0 > 10.0 * critical(7));
+        assert!(rejected(&c, &softmax));
+    }
+
+    #[test]
+    fn the_filters_apply_in_order_after_the_temperature() {
+        let kept = |p: [f64; 3], s: Sampler| -> usize {
+            let logits: Vec<f64> = p.iter().map(|x| x.ln()).collect();
+            s.distribution(&logits).unwrap().iter().filter(|&&x| x > 0.0).count()
+        };
+        let s = Sampler::default();
+        // top-k, then top-p over what top-k kept, renormalised: 0.4/0.75 ≥ 0.5 alone
+        // (top-p first would keep 0.4 and 0.35)
+        assert_eq!(
+            kept([0.4, 0.35, 0.25], Sampler { top_k: Some(2), top_p: Some(0.5), ..s }),
+            1
+        );
+        // top-p, then min-p: 0.5 and 0.3 reach 0.6, and 0.3 ≥ 0.5 · 0.5
+        // (min-p first would leave 0.625 and 0.375, and top-p then only the first)
+        assert_eq!(
+            kept([0.5, 0.3, 0.2], Sampler { top_p: Some(0.6), min_p: Some(0.5), ..s }),
+            2
+        );
+        // temperature, then min-p: at τ = 2 the second is 0.77 of the first, above 0.7
+        // (min-p at τ = 1 would keep only the first: 0.3 < 0.7 · 0.5)
+        let warm = Sampler { temperature: 2.0, min_p: Some(0.7), ..s };
+        assert_eq!(kept([0.5, 0.3, 0.2], warm), 2);
     }
 
     #[test]
@@ -462,6 +539,14 @@ mod tests {
             let x = Sampler::default().pick(&LOGITS, &mut a).unwrap();
             assert_eq!(x, draw(&LOGITS, 1.0, &mut b).unwrap());
         }
+        // however small τ, the best token (no overflow into NaN weights)
+        let icy = Sampler { temperature: 1e-310, ..Sampler::default() };
+        assert!((0..100).all(|_| icy.pick(&LOGITS[4..], &mut rng).unwrap() == 3));
+        // −0 and +0 are equal logits: greedy and top-1 both take the lower index
+        let zeros = [-0.0_f64, 0.0];
+        let top1 = Sampler { top_k: Some(1), ..Sampler::default() };
+        assert_eq!(top1.pick(&zeros, &mut rng).unwrap(), 0);
+        assert_eq!(Sampler::greedy().pick(&zeros, &mut rng).unwrap(), 0);
         // greedy draws no random number: the generator is where it was
         let mut c = StdRng::seed_from_u64(8);
         Sampler::greedy().pick(&LOGITS, &mut c).unwrap();

@@ -210,18 +210,33 @@ fn the_fast_path_agrees_with_the_exact_path() {
 }
 
 #[test]
-fn the_fast_product_of_few_rows_agrees_with_the_f64_sum() {
-    use super::kernels::{Fast, Kernels};
+fn the_fast_product_of_few_rows_agrees_with_the_f64_sum_in_every_build() {
+    use super::kernels::{Fast, Kernels, few_rows_times, few_rows_times_transposed};
+    use crate::kernel::Simd;
     let mut rng = StdRng::seed_from_u64(11);
     for (m, k, n) in [(1, 128, 384), (2, 37, 5), (3, 16, 71), (4, 130, 17), (5, 33, 9)] {
         let a = Array2::from_shape_simple_fn((m, k), || rng.random_range(-1.0_f32..1.0));
         let b = Array2::from_shape_simple_fn((k, n), || rng.random_range(-1.0_f32..1.0));
-        let bt = b.t().to_owned(); // (n, k): the tied head's layout, read through .t()
+        let bt = b.t().as_standard_layout().into_owned(); // (n, k), row-major: the tied head
         let reference = a.mapv(f64::from).dot(&b.mapv(f64::from));
-        for c in [Fast.matmul(&a.view(), &b.view()), Fast.matmul(&a.view(), &bt.t())] {
+        let check = |c: &Array2<f32>, what: &str| {
             let worst =
                 (&c.mapv(f64::from) - &reference).iter().fold(0.0_f64, |w, d| w.max(d.abs()));
-            assert!(worst < 2e-5, "({m}, {k}, {n}): {worst}");
+            assert!(worst < 2e-5, "({m}, {k}, {n}) {what}: {worst}");
+        };
+        check(&Fast.matmul(&a.view(), &b.view()), "matmul");
+        check(&Fast.matmul(&a.view(), &bt.t()), "matmul, transposed");
+        for simd in Simd::supported() {
+            let (a, b, bt) =
+                (a.as_slice().unwrap(), b.as_slice().unwrap(), bt.as_slice().unwrap());
+            let mut c = vec![0.0; m * n];
+            few_rows_times(simd, a, b, k, &mut c);
+            check(&Array2::from_shape_vec((m, n), c.clone()).unwrap(), &format!("{simd:?}"));
+            few_rows_times_transposed(simd, a, bt, k, &mut c);
+            check(
+                &Array2::from_shape_vec((m, n), c).unwrap(),
+                &format!("{simd:?}, transposed"),
+            );
         }
     }
 }
