@@ -219,6 +219,27 @@ impl<A: Float> Gpt<A> {
     }
     // ANCHOR_END: gpt_backward
 
+    /// Every block's attention weights `(B, heads, T, T)` for `tokens: (B, T)`, first block
+    /// first, computed by the given [`Kernels`]: what each head looked at (chapter 16).
+    ///
+    /// ```
+    /// use attention::gpt::{config::GptConfig, kernels::Exact, weights::Gpt};
+    /// use ndarray::array;
+    ///
+    /// let gpt = Gpt::<f64>::zeros(GptConfig { n_layer: 2, n_embd: 8, n_head: 2, ..GptConfig::shakespeare(5) });
+    /// let weights = gpt.attention_weights_with(&Exact, &array![[0, 1, 2]].view()).unwrap();
+    /// assert_eq!((weights.len(), weights[1].dim()), (2, (1, 2, 3, 3)));
+    /// assert_eq!(weights[0][[0, 0, 2, 1]], 1.0 / 3.0); // equal scores: a uniform average
+    /// ```
+    pub fn attention_weights_with<K: Kernels<A>>(
+        &self,
+        k: &K,
+        tokens: &ArrayView2<usize>,
+    ) -> Result<Vec<Array4<A>>> {
+        let (_, tape) = self.forward_tape(k, tokens)?;
+        Ok(tape.blocks.into_iter().map(|b| b.weights).collect())
+    }
+
     /// The forward pass, keeping what the backward pass needs; logits `(B·T, V)`.
     // ANCHOR: gpt_forward
     fn forward_tape<K: Kernels<A>>(

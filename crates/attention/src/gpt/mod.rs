@@ -21,6 +21,7 @@
 //! - [`sample`]: writing, one character at a time: temperature, top-k, top-p, min-p.
 //! - [`generate`]: chapter 16's writing through the KV cache: prefill, then one token per
 //!   step ([`Writer`](generate::Writer)).
+//! - [`heads`]: what the trained model's heads do: patterns measured, heads removed.
 //!
 //! A gradient is named `grad_` and what it is the gradient of, as in Part III.
 
@@ -28,6 +29,7 @@ pub mod config;
 pub mod data;
 pub mod forward;
 pub mod generate;
+pub mod heads;
 pub mod kernels;
 pub mod ops;
 pub mod optim;
