@@ -679,8 +679,9 @@ impl<K: Kernels<f32>> Kernels<f32> for Timed<K> {
         qkv: &ArrayView2<f32>,
         batch: usize,
         heads: usize,
+        alibi: Option<&[f64]>,
     ) -> attention::Result<(Array2<f32>, Array4<f32>)> {
-        self.time("attention", || self.inner.causal_attention(qkv, batch, heads))
+        self.time("attention", || self.inner.causal_attention(qkv, batch, heads, alibi))
     }
     fn causal_attention_backward(
         &self,
@@ -695,8 +696,9 @@ impl<K: Kernels<f32>> Kernels<f32> for Timed<K> {
         q: &ArrayView2<f32>,
         keys: &ArrayView3<f32>,
         values: &ArrayView3<f32>,
+        alibi: Option<&[f64]>,
     ) -> attention::Result<Array2<f32>> {
-        self.time("attention", || self.inner.cached_attention(q, keys, values))
+        self.time("attention", || self.inner.cached_attention(q, keys, values, alibi))
     }
     fn cross_entropy(
         &self,

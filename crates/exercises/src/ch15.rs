@@ -240,6 +240,7 @@ pub fn check_decays(decays: impl Fn(&str, &[usize]) -> bool) -> Result<(), Strin
         n_embd: 768,
         layer_norm_epsilon: 1e-5,
         bias: true,
+        positions: Default::default(),
     };
     let models = [
         ("chapter 15's model, GptConfig::shakespeare(71)", GptConfig::shakespeare(71)),

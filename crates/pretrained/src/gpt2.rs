@@ -45,6 +45,7 @@ use std::path::{Path, PathBuf};
 
 use attention::AttentionError;
 use attention::gpt::config::GptConfig;
+use attention::gpt::positions::{Positions, RopeScaling};
 use attention::gpt::data::{CharVocab, train_and_validation};
 use attention::gpt::weights::Gpt;
 use safetensors::Dtype;
@@ -263,6 +264,11 @@ fn config_json(c: &GptConfig) -> serde_json::Value {
         "eos_token_id": null,
         "dtype": "float32",
         "bias": c.bias,
+        "positions": c.positions.name(),
+        "rope_theta": match c.positions {
+            Positions::Rope { base, .. } => json!(base),
+            _ => serde_json::Value::Null,
+        },
     })
 }
 
@@ -288,6 +294,13 @@ struct Gpt2Json {
     add_cross_attention: bool,
     #[serde(default = "yes")]
     bias: bool,
+    /// Ours, for chapter 16: `learned` (GPT-2's, the default), `none`, `sinusoidal`, `rope`
+    /// or `alibi`.
+    #[serde(default)]
+    positions: Option<String>,
+    /// RoPE's base, under the name Llama's config gives it.
+    #[serde(default)]
+    rope_theta: Option<f64>,
 }
 
 fn yes() -> bool {
@@ -340,6 +353,14 @@ fn parse_config(path: &Path, text: &str) -> Result<GptConfig> {
         n_embd: json.n_embd,
         layer_norm_epsilon: json.layer_norm_epsilon,
         bias: json.bias,
+        positions: match json.positions.as_deref() {
+            None => Positions::Learned, // GPT-2's
+            Some("rope") => Positions::Rope {
+                base: json.rope_theta.unwrap_or(10_000.0),
+                scaling: RopeScaling::None,
+            },
+            Some(name) => Positions::from_name(name).map_err(|e| refuse(e.to_string()))?,
+        },
     };
     config.validate().map_err(|e| refuse(e.to_string()))?;
     Ok(config)

@@ -24,6 +24,7 @@ fn model(bias: bool) -> Gpt<f32> {
         n_embd: 8,
         layer_norm_epsilon: 1e-5,
         bias,
+        positions: Default::default(),
     };
     let mut gpt = Gpt::<f32>::zeros(config);
     let mut k = 0u32;

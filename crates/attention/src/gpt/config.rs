@@ -2,6 +2,7 @@
 //!
 //! Anchors (below the doc comments): `gpt_config`, `parameter_count`, `flops_per_token`.
 
+use super::positions::{Positions, RopeScaling};
 use crate::error::{AttentionError, Result};
 
 /// The sizes of a GPT-2-style decoder, named as Hugging Face's `GPT2Config` names them.
@@ -35,6 +36,8 @@ pub struct GptConfig {
     pub layer_norm_epsilon: f64,
     /// Trained shifts in linear maps and layer norms.
     pub bias: bool,
+    /// How the model knows where each token is (GPT-2: learned; chapter 16 tries others).
+    pub positions: Positions,
 }
 // ANCHOR_END: gpt_config
 
@@ -57,6 +60,7 @@ impl GptConfig {
             n_embd: 128,
             layer_norm_epsilon: 1e-5,
             bias: false,
+            positions: Positions::Learned,
         }
     }
 
@@ -97,6 +101,35 @@ impl GptConfig {
                 "layer_norm_epsilon = {eps} must be positive and finite"
             )));
         }
+        self.validate_positions().map_err(invalid)
+    }
+
+    /// The positions' settings: RoPE needs an even `d_head`, a base above 1 and factors of at
+    /// least 1 (Llama 3's: `high_freq_factor > low_freq_factor > 0`).
+    fn validate_positions(&self) -> std::result::Result<(), String> {
+        let Positions::Rope { base, scaling } = self.positions else { return Ok(()) };
+        if self.d_head() % 2 != 0 {
+            return Err(format!("RoPE needs an even d_head, but it is {}", self.d_head()));
+        }
+        if !(base > 1.0 && base.is_finite()) {
+            return Err(format!("RoPE's base = {base} must be above 1 and finite"));
+        }
+        let factor = match scaling {
+            RopeScaling::None => 1.0,
+            RopeScaling::Linear { factor } | RopeScaling::NtkAware { factor } => factor,
+            RopeScaling::Llama3 { factor, low_freq_factor: low, high_freq_factor: high } => {
+                if !(low > 0.0 && high > low && high.is_finite()) {
+                    return Err(format!(
+                        "Llama 3's scaling needs high_freq_factor > low_freq_factor > 0, \
+                         but they are {high} and {low}"
+                    ));
+                }
+                factor
+            }
+        };
+        if !(factor >= 1.0 && factor.is_finite()) {
+            return Err(format!("RoPE's scaling factor = {factor} must be at least 1"));
+        }
         Ok(())
     }
     // ANCHOR_END: config_validate
@@ -125,7 +158,8 @@ impl GptConfig {
     // ANCHOR: parameter_count
     pub fn parameter_count(&self) -> usize {
         let d = self.n_embd;
-        let tables = self.vocab_size * d + self.block_size * d;
+        let positions = if self.positions.learned() { self.block_size * d } else { 0 };
+        let tables = self.vocab_size * d + positions;
         let matrices = d * 3 * d + d * d + d * 4 * d + 4 * d * d; // c_attn, c_proj, c_fc, c_proj
         let gains = 2 * d;
         let shifts = if self.bias { 3 * d + d + 4 * d + d + 2 * d } else { 0 };

@@ -25,6 +25,7 @@ use ndarray::{Array2, Array3, Array4, ArrayView2};
 use super::config::GptConfig;
 use super::kernels::{Exact, Kernels};
 use super::ops::sum_over_batch;
+use super::positions::rotate_qk;
 use super::weights::{Block, Gpt, Norm};
 use crate::error::{AttentionError, Result};
 use crate::float::Float;
@@ -207,14 +208,16 @@ impl<A: Float> Gpt<A> {
         for ((block, tape), grad) in
             self.blocks.iter().zip(&tape.blocks).zip(&mut grads.blocks).rev()
         {
-            grad_x = block_backward(k, block, tape, grad_x, eps, grad)?;
+            grad_x = block_backward(k, block, tape, grad_x, &self.config, grad)?;
         }
         // x = wte[token] + wpe[position]
         for (row, &token) in grad_x.rows().into_iter().zip(&tape.tokens) {
             grads.wte.row_mut(token).zip_mut_with(&row, |g, &r| *g = *g + r);
         }
-        let grad_wpe = sum_over_batch(&grad_x.view(), tape.t);
-        grads.wpe.slice_mut(ndarray::s![..tape.t, ..]).assign(&grad_wpe);
+        if self.config.positions.learned() {
+            let grad_wpe = sum_over_batch(&grad_x.view(), tape.t);
+            grads.wpe.slice_mut(ndarray::s![..tape.t, ..]).assign(&grad_wpe);
+        }
         Ok((loss, grads))
     }
     // ANCHOR_END: gpt_backward
@@ -328,8 +331,13 @@ fn block_forward<A: Float, K: Kernels<A>>(
 ) -> Result<(Array2<A>, BlockTape<A>)> {
     let eps = config.layer_norm_epsilon;
     let h1 = k.norm(&x.view(), &block.ln_1, eps)?;
-    let qkv = k.dense(&h1.view(), &block.c_attn);
-    let (y, weights) = k.causal_attention(&qkv.view(), batch, config.n_head)?;
+    let mut qkv = k.dense(&h1.view(), &block.c_attn);
+    if let Some(thetas) = config.rope_thetas() {
+        rotate_qk(&mut qkv, x.nrows() / batch, 0, config.n_head, &thetas, false);
+    }
+    let alibi = config.alibi_slopes();
+    let (y, weights) =
+        k.causal_attention(&qkv.view(), batch, config.n_head, alibi.as_deref())?;
     let x1 = &x + &k.dense(&y.view(), &block.attn_proj);
     let h2 = k.norm(&x1.view(), &block.ln_2, eps)?;
     let u = k.dense(&h2.view(), &block.c_fc);
@@ -347,9 +355,10 @@ fn block_backward<A: Float, K: Kernels<A>>(
     block: &Block<A>,
     tape: &BlockTape<A>,
     grad_x2: Array2<A>,
-    eps: f64,
+    config: &GptConfig,
     grads: &mut Block<A>,
 ) -> Result<Array2<A>> {
+    let eps = config.layer_norm_epsilon;
     // x2 = x1 + mlp_proj(g): the residual passes grad_x2 to x1 unchanged
     let (grad_g, grad_mlp_proj) =
         k.dense_backward(&tape.g.view(), &block.mlp_proj, &grad_x2.view());
@@ -362,8 +371,13 @@ fn block_backward<A: Float, K: Kernels<A>>(
     // x1 = x + attn_proj(y): the residual passes grad_x1 to x unchanged
     let (grad_y, grad_attn_proj) =
         k.dense_backward(&tape.y.view(), &block.attn_proj, &grad_x1.view());
-    let grad_qkv =
+    let mut grad_qkv =
         k.causal_attention_backward(&tape.qkv.view(), &tape.weights, &grad_y.view())?;
+    if let Some(thetas) = config.rope_thetas() {
+        // qkv was rotated after c_attn: its gradient turns back by the same angles
+        let t = tape.weights.shape()[2];
+        rotate_qk(&mut grad_qkv, t, 0, config.n_head, &thetas, true);
+    }
     let (grad_h1, grad_c_attn) =
         k.dense_backward(&tape.h1.view(), &block.c_attn, &grad_qkv.view());
     let (grad_ln1, grad_gamma, grad_beta) =

@@ -29,6 +29,7 @@ use ndarray::{Array1, Array2, ArrayView2, s};
 use rand::Rng;
 
 use super::kernels::Kernels;
+use super::positions::rotate_qk;
 use super::sample::Sampler;
 use super::weights::{Block, Gpt};
 use crate::decode::KvCache;
@@ -201,7 +202,11 @@ impl<A: Float> Gpt<A> {
         let (d, eps) = (self.config.n_embd, self.config.layer_norm_epsilon);
         let (heads, d_head) = (self.config.n_head, self.config.d_head());
         let h1 = k.norm(&x.view(), &block.ln_1, eps)?;
-        let qkv = k.dense(&h1.view(), &block.c_attn); // (n, 3d): Q, K, V side by side
+        let mut qkv = k.dense(&h1.view(), &block.c_attn); // (n, 3d): Q, K, V side by side
+        if let Some(thetas) = self.config.rope_thetas() {
+            let n = qkv.nrows(); // the new tokens, at positions cache.position() onwards
+            rotate_qk(&mut qkv, n, cache.position(), heads, &thetas, false);
+        }
         for row in qkv.rows() {
             let heads_of = |part: usize| {
                 let cols = row.slice(s![part * d..(part + 1) * d]);
@@ -210,7 +215,8 @@ impl<A: Float> Gpt<A> {
             cache.append(&heads_of(1), &heads_of(2))?; // its key and value, (heads, d_head)
         }
         let q = qkv.slice(s![.., ..d]);
-        let y = k.cached_attention(&q, &cache.keys(), &cache.values())?;
+        let alibi = self.config.alibi_slopes();
+        let y = k.cached_attention(&q, &cache.keys(), &cache.values(), alibi.as_deref())?;
         let x1 = &x + &k.dense(&y.view(), &block.attn_proj);
         let h2 = k.norm(&x1.view(), &block.ln_2, eps)?;
         let g = k.gelu(&k.dense(&h2.view(), &block.c_fc).view());

@@ -55,12 +55,13 @@ pub trait Kernels<A: Float>: Sync {
     /// Its backward pass: `grad_g · GELU'(u)`.
     fn gelu_backward(&self, u: &ArrayView2<A>, grad_g: &ArrayView2<A>) -> Array2<A>;
     /// Causal attention of a batch laid out as `qkv: (B·T, 3d)`: the merged heads and the
-    /// weights `(B, heads, T, T)`.
+    /// weights `(B, heads, T, T)`. With `alibi`, one slope per head, ALiBi's bias.
     fn causal_attention(
         &self,
         qkv: &ArrayView2<A>,
         batch: usize,
         heads: usize,
+        alibi: Option<&[f64]>,
     ) -> Result<(Array2<A>, Array4<A>)>;
     /// Its backward pass: the gradient of `qkv`.
     fn causal_attention_backward(
@@ -72,11 +73,13 @@ pub trait Kernels<A: Float>: Sync {
     /// Causal attention of the `n` newest tokens over a KV cache that holds them last:
     /// `q: (n, d)` their queries, heads side by side; `keys`, `values`: `(heads, m, d_head)`
     /// in position order. Query `i` sees keys `0 ..= m − n + i`. The merged output `(n, d)`.
+    /// With `alibi`, one slope per head, ALiBi's bias.
     fn cached_attention(
         &self,
         q: &ArrayView2<A>,
         keys: &ArrayView3<A>,
         values: &ArrayView3<A>,
+        alibi: Option<&[f64]>,
     ) -> Result<Array2<A>>;
     /// Mean cross-entropy of `logits: (N, V)` against `targets`, and its gradient.
     fn cross_entropy(
@@ -171,8 +174,9 @@ impl<A: Float> Kernels<A> for Exact {
         qkv: &ArrayView2<A>,
         batch: usize,
         heads: usize,
+        alibi: Option<&[f64]>,
     ) -> Result<(Array2<A>, Array4<A>)> {
-        ops::causal_attention(qkv, batch, heads)
+        ops::causal_attention(qkv, batch, heads, alibi)
     }
     fn causal_attention_backward(
         &self,
@@ -187,8 +191,9 @@ impl<A: Float> Kernels<A> for Exact {
         q: &ArrayView2<A>,
         keys: &ArrayView3<A>,
         values: &ArrayView3<A>,
+        alibi: Option<&[f64]>,
     ) -> Result<Array2<A>> {
-        ops::cached_attention(q, keys, values)
+        ops::cached_attention(q, keys, values, alibi)
     }
     fn cross_entropy(
         &self,
@@ -471,8 +476,12 @@ impl Kernels<f32> for Fast {
         qkv: &ArrayView2<f32>,
         batch: usize,
         heads: usize,
+        alibi: Option<&[f64]>,
     ) -> Result<(Array2<f32>, Array4<f32>)> {
         let (t, d, d_head) = attention_sizes(qkv, batch, heads)?;
+        if let Some(slopes) = alibi {
+            ops::check_slopes(slopes, heads)?;
+        }
         let scale = 1.0 / (d_head as f32).sqrt();
         let mut y = Array2::uninit((batch * t, d));
         let mut weights = Array4::uninit((batch, heads, t, t));
@@ -487,7 +496,11 @@ impl Kernels<f32> for Fast {
                 gemm_into(scale, &q, &k.t(), p.view_mut()); // S = Q·Kᵀ/√d_head
                 // SAFETY: gemm_into wrote every entry of this head's scores.
                 let mut p = unsafe { p.assume_init() };
-                causal_softmax(p.as_slice_mut().expect("row-major"), t, 0);
+                let p_rows = p.as_slice_mut().expect("row-major");
+                if let Some(slopes) = alibi {
+                    add_alibi(p_rows, t, 0, slopes[h]);
+                }
+                causal_softmax(p_rows, t, 0);
                 gemm_into(1.0, &p.view(), &v, y.slice_mut(s![rows.clone(), cols])); // P·V
             }
         }
@@ -500,8 +513,12 @@ impl Kernels<f32> for Fast {
         q: &ArrayView2<f32>,
         keys: &ArrayView3<f32>,
         values: &ArrayView3<f32>,
+        alibi: Option<&[f64]>,
     ) -> Result<Array2<f32>> {
         let (n, m) = ops::cached_sizes(q, keys, values)?;
+        if let Some(slopes) = alibi {
+            ops::check_slopes(slopes, keys.shape()[0])?;
+        }
         let d_head = keys.shape()[2];
         let scale = 1.0 / (d_head as f32).sqrt();
         let mut y = Array2::uninit(q.raw_dim());
@@ -511,7 +528,11 @@ impl Kernels<f32> for Fast {
             gemm_into(scale, &q.slice(s![.., cols.clone()]), &k.t(), scores.view_mut());
             // SAFETY: gemm_into wrote every entry of the scores.
             let mut p = unsafe { scores.view_mut().assume_init() };
-            causal_softmax(p.as_slice_mut().expect("row-major"), m, m - n);
+            let p_rows = p.as_slice_mut().expect("row-major");
+            if let Some(slopes) = alibi {
+                add_alibi(p_rows, m, m - n, slopes[h]);
+            }
+            causal_softmax(p_rows, m, m - n);
             gemm_into(1.0, &p.view(), &v, y.slice_mut(s![.., cols])); // P·V
         }
         // SAFETY: every head wrote its columns of every row.
@@ -586,6 +607,18 @@ impl Kernels<f32> for Fast {
     }
 }
 
+/// ALiBi's bias on the scores `(n, m)` (row-major in `p`) of one head with slope `slope`:
+/// row `i`, the query at position `past + i`, gets `−slope·(past + i − j)` on every key
+/// `j ≤ past + i` it sees.
+fn add_alibi(p: &mut [f32], m: usize, past: usize, slope: f64) {
+    for (i, row) in p.chunks_exact_mut(m).enumerate() {
+        let query = past + i;
+        for (j, s) in row[..=query.min(m - 1)].iter_mut().enumerate() {
+            *s += (slope * (j as f64 - query as f64)) as f32;
+        }
+    }
+}
+
 /// `c = alpha · a · b` through `matrixmultiply`'s GEMM, `c` written without being read (its
 /// previous contents, initialised or not, do not matter), whatever the strides of the three.
 fn gemm_into(
@@ -639,7 +672,8 @@ fn attention_sizes(
 ) -> Result<(usize, usize, usize)> {
     let (rows, cols) = qkv.dim();
     if batch == 0 || heads == 0 || rows % batch != 0 || cols % (3 * heads) != 0 {
-        return ops::causal_attention(qkv, batch, heads).map(|_| unreachable!("a bad shape"));
+        let bad = ops::causal_attention(qkv, batch, heads, None);
+        return bad.map(|_| unreachable!("a bad shape"));
     }
     Ok((rows / batch, cols / 3, cols / 3 / heads))
 }

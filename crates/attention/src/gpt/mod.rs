@@ -17,6 +17,8 @@
 //! - [`packed`]: the fast path serving chapter 13: weights packed once for products with few
 //!   rows, and BERT's encoder layer on them ([`FastEncoderLayer`](packed::FastEncoderLayer)).
 //!
+//! - [`positions`]: learned, none, sinusoidal, RoPE (and its scalings) or ALiBi: chapter
+//!   16's experiment.
 //! - [`train`]: one training step, the batch split over the cores; the validation loss.
 //! - [`sample`]: writing, one character at a time: temperature, top-k, top-p, min-p.
 //! - [`generate`]: chapter 16's writing through the KV cache: prefill, then one token per
@@ -34,6 +36,7 @@ pub mod kernels;
 pub mod ops;
 pub mod optim;
 pub mod packed;
+pub mod positions;
 pub mod sample;
 pub mod train;
 pub mod weights;

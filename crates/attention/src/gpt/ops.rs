@@ -15,7 +15,7 @@
 //! Anchors (below the doc comments): `layer_norm_backward`, `gelu_backward`,
 //! `causal_attention`, `cached_attention`, `cross_entropy`.
 
-use ndarray::{Array1, Array2, Array4, ArrayView2, ArrayView3, Axis, s};
+use ndarray::{Array1, Array2, Array4, ArrayView2, ArrayView3, Axis, Ix4, s};
 
 use super::weights::Norm;
 use crate::error::{AttentionError, Result};
@@ -25,6 +25,7 @@ use crate::float::{Float, to_f64};
 use crate::grad::sdpa_backward;
 use crate::layer_norm::LayerNorm;
 use crate::mask::Mask;
+use crate::sdpa::Attention;
 
 /// Layer norm over each row of `x: (N, d)`, chapter 13's [`LayerNorm::apply`] with this
 /// norm's `γ`, `β` and `ε`.
@@ -170,14 +171,14 @@ pub fn column_sums<A: Float>(a: &ArrayView2<A>) -> Array1<A> {
 /// holds each token's query, key and value side by side, each split into `heads` heads of
 /// `d/heads` columns. Returns the merged output `(B·T, d)` (the heads side by side again,
 /// before the output projection) and the weights `(B, heads, T, T)`, which the backward pass
-/// needs.
+/// needs. With `alibi`, one slope per head, ALiBi's bias is added to the scores.
 ///
 /// ```
 /// use attention::gpt::ops::causal_attention;
 /// use ndarray::Array2;
 ///
 /// let qkv = Array2::<f64>::from_shape_fn((2 * 3, 3 * 4), |(i, j)| ((i + j) % 5) as f64);
-/// let (y, weights) = causal_attention(&qkv.view(), 2, 2).unwrap();
+/// let (y, weights) = causal_attention(&qkv.view(), 2, 2, None).unwrap();
 /// assert_eq!((y.dim(), weights.dim()), ((6, 4), (2, 2, 3, 3)));
 /// assert_eq!(weights[[0, 0, 0, 1]], 0.0); // the first token sees only itself
 /// ```
@@ -186,17 +187,59 @@ pub fn causal_attention<A: Float>(
     qkv: &ArrayView2<A>,
     batch: usize,
     heads: usize,
+    alibi: Option<&[f64]>,
 ) -> Result<(Array2<A>, Array4<A>)> {
     let (q, k, v, t) = split_qkv(qkv, batch, heads)?;
-    let att = exact::sdpa(&q, &k, &v, Some(&Mask::causal(t)))?; // chapter 11's exact path
+    let att = match alibi {
+        None => exact::sdpa(&q, &k, &v, Some(&Mask::causal(t)))?, // chapter 11's exact path
+        Some(slopes) => alibi_sdpa(&q, &k, &v, slopes, 0)?,
+    };
     Ok((merge(&att.output), att.weights))
 }
 // ANCHOR_END: causal_attention
 
+/// Chapter 11's exact attention with ALiBi's bias: query `i`, at position `past + i`, sees
+/// keys `j ≤ past + i`, each score shifted by `−m_h·(past + i − j)` on head `h`. `q: (B,
+/// heads, L_q, d_head)`, `k`, `v`: `(B, heads, L_k, d_head)`; the weights are returned too.
+// ANCHOR: alibi_sdpa
+fn alibi_sdpa<A: Float>(
+    q: &Array4<A>,
+    k: &Array4<A>,
+    v: &Array4<A>,
+    slopes: &[f64],
+    past: usize,
+) -> Result<Attention<A, Ix4>> {
+    check_slopes(slopes, q.shape()[1])?;
+    let sqrt_d_k = A::from_len(q.shape()[3]).sqrt();
+    let mut scores = exact::matmul(q, &exact::transposed(k))? / sqrt_d_k;
+    for ((_, h, i, j), s) in scores.indexed_iter_mut() {
+        let query = past + i;
+        *s = if j > query {
+            A::neg_infinity() // a later token: masked
+        } else {
+            *s + A::from_f64_lossy(slopes[h] * (j as f64 - query as f64))
+        };
+    }
+    let weights = exact::softmax(&scores);
+    let output = exact::matmul(&weights, v)?;
+    Ok(Attention { output, weights })
+}
+// ANCHOR_END: alibi_sdpa
+
+/// An error unless there is one ALiBi slope per head.
+pub(super) fn check_slopes(slopes: &[f64], heads: usize) -> Result<()> {
+    if slopes.len() != heads {
+        let expected = format!("one slope per head, {heads}, was expected");
+        return Err(AttentionError::shape("ALiBi slopes", &[slopes.len()], &expected));
+    }
+    Ok(())
+}
+
 /// Causal attention of the `n` newest tokens over a KV cache that already holds them: `q:
 /// (n, d)` their queries, heads side by side; `keys`, `values`: `(heads, m, d_head)`, `m ≥ n`,
 /// the cache's tokens in position order, the new ones last. Query `i` sees keys
-/// `0 ..= m − n + i`. Returns the merged output `(n, d)`.
+/// `0 ..= m − n + i`; with `alibi`, ALiBi's bias for those positions. Returns the merged
+/// output `(n, d)`.
 ///
 /// Row `i` has the same bits as row `m − n + i` of [`causal_attention`] over all `m`
 /// tokens: every score is the same sum in the same order, and the keys the full pass masks
@@ -207,11 +250,11 @@ pub fn causal_attention<A: Float>(
 /// use ndarray::{Array2, Array3, s};
 ///
 /// let qkv = Array2::<f64>::from_shape_fn((4, 3 * 4), |(i, j)| ((i * 7 + j) % 5) as f64 / 4.0);
-/// let (full, _) = causal_attention(&qkv.view(), 1, 2).unwrap(); // 4 tokens, 2 heads
+/// let (full, _) = causal_attention(&qkv.view(), 1, 2, None).unwrap(); // 4 tokens, 2 heads
 /// // the cache: keys and values (heads, m, d_head) of all 4 tokens
 /// let heads = |c: usize| Array3::from_shape_fn((2, 4, 2), |(h, t, j)| qkv[[t, c + 2 * h + j]]);
 /// let (keys, values) = (heads(4), heads(8));
-/// let last = cached_attention(&qkv.slice(s![3.., ..4]), &keys.view(), &values.view()).unwrap();
+/// let last = cached_attention(&qkv.slice(s![3.., ..4]), &keys.view(), &values.view(), None).unwrap();
 /// assert_eq!(last.row(0), full.row(3)); // bit for bit
 /// ```
 // ANCHOR: cached_attention
@@ -219,13 +262,21 @@ pub fn cached_attention<A: Float>(
     q: &ArrayView2<A>,
     keys: &ArrayView3<A>,
     values: &ArrayView3<A>,
+    alibi: Option<&[f64]>,
 ) -> Result<Array2<A>> {
     let (n, m) = cached_sizes(q, keys, values)?;
     let heads = keys.shape()[0];
     let q = split(q, 1, n, heads); // (1, heads, n, d_head)
-    let (k, v) = (keys.insert_axis(Axis(0)), values.insert_axis(Axis(0)));
-    let seen = Mask::from_array(Array2::from_shape_fn((n, m), |(i, j)| j <= m - n + i))?;
-    let att = exact::sdpa(&q, &k.to_owned(), &v.to_owned(), Some(&seen))?;
+    let (k, v) =
+        (keys.insert_axis(Axis(0)).to_owned(), values.insert_axis(Axis(0)).to_owned());
+    let att = match alibi {
+        None => {
+            let seen =
+                Mask::from_array(Array2::from_shape_fn((n, m), |(i, j)| j <= m - n + i))?;
+            exact::sdpa(&q, &k, &v, Some(&seen))?
+        }
+        Some(slopes) => alibi_sdpa(&q, &k, &v, slopes, m - n)?,
+    };
     Ok(merge(&att.output))
 }
 // ANCHOR_END: cached_attention
@@ -265,7 +316,7 @@ pub(super) fn cached_sizes<A>(
 /// use ndarray::Array2;
 ///
 /// let qkv = Array2::<f64>::from_shape_fn((3, 6), |(i, j)| (i * j) as f64 / 10.0);
-/// let (_, weights) = causal_attention(&qkv.view(), 1, 1).unwrap();
+/// let (_, weights) = causal_attention(&qkv.view(), 1, 1, None).unwrap();
 /// let grad = causal_attention_backward(&qkv.view(), &weights, &Array2::ones((3, 2)).view())
 ///     .unwrap();
 /// assert_eq!(grad.dim(), (3, 6));

@@ -132,7 +132,10 @@ impl<A: Float> Gpt<A> {
         };
         let norm = || Norm { gamma: Array1::ones(d), beta: Array1::zeros(d) };
         let wte = normal(v, d, std);
-        let wpe = normal(t, d, std);
+        let mut wpe = normal(t, d, std); // drawn in any case: the other weights stay the same
+        if let Some(table) = config.positions.fixed_table(t, d)? {
+            wpe = table; // fixed sinusoids, or zeros
+        }
         let mut blocks = Vec::with_capacity(config.n_layer);
         for _ in 0..config.n_layer {
             blocks.push(Block {
@@ -295,7 +298,8 @@ impl<A: Float> Gpt<A> {
     }
 
     /// Whether the tensor called `name` is trained: every tensor with `bias`; without it,
-    /// all but the shifts (names ending in `.bias`), which stay zero.
+    /// all but the shifts (names ending in `.bias`), which stay zero. The position table
+    /// `wpe` only with learned positions.
     ///
     /// ```
     /// use attention::gpt::{config::GptConfig, weights::Gpt};
@@ -306,6 +310,9 @@ impl<A: Float> Gpt<A> {
     /// ```
     // ANCHOR: is_trained
     pub fn is_trained(&self, name: &str) -> bool {
+        if name == "transformer.wpe.weight" {
+            return self.config.positions.learned();
+        }
         self.config.bias || !name.ends_with(".bias")
     }
     // ANCHOR_END: is_trained

@@ -1,0 +1,333 @@
+//! Chapter *Writing, token by token*: which positions a GPT is given, settled by experiment.
+//!
+//! Chapter 9 builds four ways of telling attention where each token is; chapter 15's model
+//! uses GPT-2's, a trained vector per position. [`Positions`] lets the same model train
+//! with any of them, or with none:
+//!
+//! - [`Positions::Learned`]: `wpe`, trained, added to the token's vector (GPT-2).
+//! - [`Positions::None`] (NoPE): nothing; the causal mask alone breaks the symmetry.
+//! - [`Positions::Sinusoidal`]: chapter 9's sinusoids in `wpe`, fixed, not trained.
+//! - [`Positions::Rope`]: chapter 9's rotations of every head's queries and keys (the
+//!   rotate-half layout), with an optional [`RopeScaling`] for reading past the training
+//!   length without training again.
+//! - [`Positions::Alibi`]: chapter 9's bias `−m_h·(i − j)` on head `h`'s scores.
+//!
+//! Without learned positions `wpe` is still there (zeros, or the sinusoids), so that every
+//! model has the same tensors; it is simply not trained.
+//!
+//! Anchors (below the doc comments): `positions`, `rope_scaling`, `scaled_thetas`,
+//! `rotate_qk`.
+
+use ndarray::{Array2, s};
+
+use super::config::GptConfig;
+use crate::error::{AttentionError, Result};
+use crate::float::Float;
+use crate::position::{SinusoidLayout, sinusoidal};
+
+/// How a GPT knows where each token is.
+///
+/// ```
+/// use attention::gpt::positions::Positions;
+///
+/// assert_eq!(Positions::default(), Positions::Learned);
+/// assert_eq!(Positions::rope().name(), "rope");
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+// ANCHOR: positions
+pub enum Positions {
+    /// GPT-2's: a trained vector per position, added to the token's.
+    #[default]
+    Learned,
+    /// No positions at all (NoPE).
+    None,
+    /// Chapter 9's sinusoids, added to the token's vector, not trained.
+    Sinusoidal,
+    /// Chapter 9's rotary embeddings on queries and keys, `θ_i = base^(−2i/d_head)`.
+    Rope {
+        /// 10 000 in RoFormer and Llama 2.
+        base: f64,
+        /// How the angles are stretched to read past the training length.
+        scaling: RopeScaling,
+    },
+    /// Chapter 9's linear biases on the scores, one slope per head.
+    Alibi,
+}
+// ANCHOR_END: positions
+
+/// How RoPE's angles are changed to read `factor` times past the training length `T`,
+/// without training again: the three forms of Hugging Face's `rope_scaling`.
+///
+/// ```
+/// use attention::gpt::positions::{scaled_thetas, RopeScaling};
+///
+/// let plain = scaled_thetas(8, 10_000.0, RopeScaling::None, 64);
+/// let linear = scaled_thetas(8, 10_000.0, RopeScaling::Linear { factor: 4.0 }, 64);
+/// assert!(plain.iter().zip(&linear).all(|(p, l)| (l - p / 4.0).abs() < 1e-15));
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+// ANCHOR: rope_scaling
+pub enum RopeScaling {
+    /// The angles as trained.
+    #[default]
+    None,
+    /// Position interpolation (Chen et al. 2023; `rope_type: "linear"`): every angle
+    /// divided by `factor`, so that position `factor·T` turns as far as `T` did.
+    Linear {
+        /// How many times the training length to read.
+        factor: f64,
+    },
+    /// NTK-aware scaling (bloc97, 2023; the fixed point of `rope_type: "dynamic"`): the
+    /// base multiplied by `factor^(d/(d−2))`, which divides the slowest angle by `factor`
+    /// and leaves the fastest as it was.
+    NtkAware {
+        /// How many times the training length to read.
+        factor: f64,
+    },
+    /// Llama 3's (`rope_type: "llama3"`): angles whose wavelength is longer than
+    /// `T / low_freq_factor` divided by `factor`, those shorter than `T / high_freq_factor`
+    /// kept, and a linear blend between (Llama 3.1: 8, 1, 4).
+    Llama3 {
+        /// How many times the training length to read.
+        factor: f64,
+        /// Wavelengths above `T / low_freq_factor` are divided by `factor`.
+        low_freq_factor: f64,
+        /// Wavelengths below `T / high_freq_factor` are kept.
+        high_freq_factor: f64,
+    },
+}
+// ANCHOR_END: rope_scaling
+
+impl Positions {
+    /// RoPE with base 10 000 and no scaling.
+    ///
+    /// ```
+    /// use attention::gpt::positions::{Positions, RopeScaling};
+    ///
+    /// assert_eq!(Positions::rope(), Positions::Rope { base: 10_000.0, scaling: RopeScaling::None });
+    /// ```
+    pub fn rope() -> Self {
+        Positions::Rope { base: 10_000.0, scaling: RopeScaling::None }
+    }
+
+    /// The five, in the order chapter 16 reports them.
+    ///
+    /// ```
+    /// use attention::gpt::positions::Positions;
+    ///
+    /// let names: Vec<&str> = Positions::all().iter().map(|p| p.name()).collect();
+    /// assert_eq!(names, ["none", "learned", "sinusoidal", "rope", "alibi"]);
+    /// ```
+    pub fn all() -> [Positions; 5] {
+        [
+            Positions::None,
+            Positions::Learned,
+            Positions::Sinusoidal,
+            Positions::rope(),
+            Positions::Alibi,
+        ]
+    }
+
+    /// The name `config.json` and the tools use: `learned`, `none`, `sinusoidal`, `rope`,
+    /// `alibi`.
+    ///
+    /// ```
+    /// use attention::gpt::positions::Positions;
+    ///
+    /// assert_eq!(Positions::from_name("alibi").unwrap().name(), "alibi");
+    /// assert!(Positions::from_name("xpos").is_err());
+    /// ```
+    pub fn name(&self) -> &'static str {
+        match self {
+            Positions::Learned => "learned",
+            Positions::None => "none",
+            Positions::Sinusoidal => "sinusoidal",
+            Positions::Rope { .. } => "rope",
+            Positions::Alibi => "alibi",
+        }
+    }
+
+    /// The positions called `name` (RoPE with base 10 000, unscaled), or an error listing
+    /// the names there are.
+    ///
+    /// ```
+    /// use attention::gpt::positions::Positions;
+    ///
+    /// assert_eq!(Positions::from_name("rope").unwrap(), Positions::rope());
+    /// ```
+    pub fn from_name(name: &str) -> Result<Self> {
+        Positions::all().into_iter().find(|p| p.name() == name).ok_or_else(|| {
+            AttentionError::Invalid {
+                what: "positions".into(),
+                problem: format!(
+                    "{name:?} is not one of learned, none, sinusoidal, rope, alibi"
+                ),
+            }
+        })
+    }
+
+    /// Whether `wpe` is trained.
+    ///
+    /// ```
+    /// use attention::gpt::positions::Positions;
+    ///
+    /// assert!(Positions::Learned.learned() && !Positions::Sinusoidal.learned());
+    /// ```
+    pub fn learned(&self) -> bool {
+        matches!(self, Positions::Learned)
+    }
+
+    /// What `wpe` holds for `len` positions when it is not trained: the sinusoids, or zeros.
+    /// `None` for learned positions, whose vectors only training gives.
+    ///
+    /// ```
+    /// use attention::gpt::positions::Positions;
+    ///
+    /// let table = Positions::Sinusoidal.fixed_table::<f64>(3, 4).unwrap().unwrap();
+    /// assert_eq!(table.row(0).to_vec(), [0.0, 1.0, 0.0, 1.0]); // sin 0, cos 0, …
+    /// assert!(Positions::Learned.fixed_table::<f64>(3, 4).unwrap().is_none());
+    /// ```
+    pub fn fixed_table<A: Float>(&self, len: usize, d: usize) -> Result<Option<Array2<A>>> {
+        Ok(match self {
+            Positions::Learned => None,
+            Positions::Sinusoidal => Some(sinusoidal(0, len, d, SinusoidLayout::Interleaved)?),
+            _ => Some(Array2::zeros((len, d))),
+        })
+    }
+}
+
+/// RoPE's angle per pair of columns, `θ_i = base^(−2i/d_head)` for `i < d_head/2` (chapter
+/// 9's), changed by `scaling` for a model trained on `trained` positions.
+///
+/// ```
+/// use attention::gpt::positions::{scaled_thetas, RopeScaling};
+///
+/// let plain = scaled_thetas(32, 10_000.0, RopeScaling::None, 64);
+/// let ntk = scaled_thetas(32, 10_000.0, RopeScaling::NtkAware { factor: 4.0 }, 64);
+/// assert_eq!(ntk[0], plain[0]); // the fastest pair is kept
+/// assert!((ntk[15] - plain[15] / 4.0).abs() < 1e-15); // the slowest is divided by 4
+/// let llama = RopeScaling::Llama3 { factor: 4.0, low_freq_factor: 1.0, high_freq_factor: 4.0 };
+/// let l3 = scaled_thetas(32, 10_000.0, llama, 64);
+/// assert_eq!(l3[0], plain[0]); // wavelength 2π < 64/4: kept
+/// assert!((l3[15] - plain[15] / 4.0).abs() < 1e-15); // wavelength > 64: divided
+/// ```
+// ANCHOR: scaled_thetas
+pub fn scaled_thetas(
+    d_head: usize,
+    base: f64,
+    scaling: RopeScaling,
+    trained: usize,
+) -> Vec<f64> {
+    let d = d_head as f64;
+    let base = match scaling {
+        RopeScaling::NtkAware { factor } => base * factor.powf(d / (d - 2.0)),
+        _ => base,
+    };
+    let thetas = (0..d_head / 2).map(|i| base.powf(-2.0 * i as f64 / d));
+    match scaling {
+        RopeScaling::None | RopeScaling::NtkAware { .. } => thetas.collect(),
+        RopeScaling::Linear { factor } => thetas.map(|t| t / factor).collect(),
+        RopeScaling::Llama3 { factor, low_freq_factor, high_freq_factor } => thetas
+            .map(|t| {
+                let wavelength = 2.0 * std::f64::consts::PI / t;
+                let trained = trained as f64;
+                if wavelength < trained / high_freq_factor {
+                    t // fast: turns many times within the trained length; kept
+                } else if wavelength > trained / low_freq_factor {
+                    t / factor // slow: interpolated
+                } else {
+                    let smooth = (trained / wavelength - low_freq_factor)
+                        / (high_freq_factor - low_freq_factor);
+                    (1.0 - smooth) * t / factor + smooth * t
+                }
+            })
+            .collect(),
+    }
+}
+// ANCHOR_END: scaled_thetas
+
+impl GptConfig {
+    /// RoPE's angles for this model, or `None` without RoPE.
+    ///
+    /// ```
+    /// use attention::gpt::{config::GptConfig, positions::Positions};
+    ///
+    /// let c = GptConfig { positions: Positions::rope(), ..GptConfig::shakespeare(71) };
+    /// assert_eq!(c.rope_thetas().unwrap().len(), 16); // d_head = 32: 16 pairs
+    /// assert!(GptConfig::shakespeare(71).rope_thetas().is_none());
+    /// ```
+    pub fn rope_thetas(&self) -> Option<Vec<f64>> {
+        match self.positions {
+            Positions::Rope { base, scaling } => {
+                Some(scaled_thetas(self.d_head(), base, scaling, self.block_size))
+            }
+            _ => None,
+        }
+    }
+
+    /// ALiBi's slope per head (chapter 9's), or `None` without ALiBi.
+    ///
+    /// ```
+    /// use attention::gpt::{config::GptConfig, positions::Positions};
+    ///
+    /// let c = GptConfig { positions: Positions::Alibi, ..GptConfig::shakespeare(71) };
+    /// assert_eq!(c.alibi_slopes().unwrap(), [0.25, 0.0625, 0.015625, 0.00390625]);
+    /// ```
+    pub fn alibi_slopes(&self) -> Option<Vec<f64>> {
+        match self.positions {
+            Positions::Alibi => {
+                Some(crate::alibi::alibi_slopes(self.n_head).expect("n_head ≥ 1 (validated)"))
+            }
+            _ => None,
+        }
+    }
+}
+
+/// Rotates, in place, the queries and keys in `qkv: (B·T, 3d)` (row `b·T + i` the token at
+/// position `start + i`), head by head, pair `(c, c + d_head/2)` of each head by the angle
+/// `position · θ_c`; with `inverse`, by minus that angle, which undoes it (a rotation's
+/// inverse is its transpose, so this also carries a gradient back through it). Values, the
+/// last `d` columns, are not rotated.
+///
+/// ```
+/// use attention::gpt::positions::rotate_qk;
+/// use ndarray::Array2;
+///
+/// let qkv = Array2::from_shape_fn((3, 12), |(i, j)| (i * 12 + j) as f64 / 10.0);
+/// let mut turned = qkv.clone();
+/// rotate_qk(&mut turned, 3, 0, 2, &[1.0], false); // d = 4, 2 heads of 2
+/// assert_eq!(turned.row(0), qkv.row(0)); // position 0 is not rotated
+/// assert_eq!(turned.slice(ndarray::s![.., 8..]), qkv.slice(ndarray::s![.., 8..])); // values
+/// rotate_qk(&mut turned, 3, 0, 2, &[1.0], true);
+/// assert!((turned - qkv).iter().all(|d| d.abs() < 1e-12));
+/// ```
+// ANCHOR: rotate_qk
+pub fn rotate_qk<A: Float>(
+    qkv: &mut Array2<A>,
+    t: usize,
+    start: usize,
+    heads: usize,
+    thetas: &[f64],
+    inverse: bool,
+) {
+    let d = qkv.ncols() / 3;
+    let half = thetas.len(); // d_head / 2
+    let sign = if inverse { -1.0 } else { 1.0 };
+    for (r, mut row) in qkv.rows_mut().into_iter().enumerate() {
+        let position = (start + r % t) as f64;
+        let angles = thetas.iter().map(|&theta| sign * position * theta);
+        let (cos, sin): (Vec<A>, Vec<A>) =
+            angles.map(|a| (A::from_f64_lossy(a.cos()), A::from_f64_lossy(a.sin()))).unzip();
+        for head in 0..2 * heads {
+            // heads 0 … heads−1 are queries, then the keys
+            let mut x = row.slice_mut(s![head * 2 * half..(head + 1) * 2 * half]);
+            for c in 0..half {
+                let (a, b) = (x[c], x[c + half]);
+                x[c] = a * cos[c] - b * sin[c];
+                x[c + half] = a * sin[c] + b * cos[c];
+            }
+        }
+        debug_assert_eq!(2 * heads * 2 * half, 2 * d);
+    }
+}
+// ANCHOR_END: rotate_qk
