@@ -49,6 +49,7 @@ use attention::gpt::config::GptConfig;
 use attention::gpt::data::{CharVocab, batch, train_and_validation};
 use attention::gpt::kernels::Fast;
 use attention::gpt::optim::AdamW;
+use attention::gpt::positions::Positions;
 use attention::gpt::sample::sample;
 use attention::gpt::train::{StepReport, TrainConfig, evaluate, train_step};
 use attention::gpt::weights::Gpt;
@@ -87,6 +88,11 @@ pub struct Cli {
     #[arg(long, value_name = "N,N,...", value_delimiter = ',',
           value_parser = clap::value_parser!(u32).range(1..))]
     snapshot_at: Vec<u32>,
+    /// How the model knows where each token is: learned (GPT-2's), none, sinusoidal, rope or
+    /// alibi (chapter 16's experiment) [default: learned, or on --resume the saved run's].
+    #[arg(long, value_name = "KIND",
+          value_parser = ["learned", "none", "sinusoidal", "rope", "alibi"])]
+    positions: Option<String>,
     /// Characters written at the end (0: none).
     #[arg(long, value_name = "N", default_value_t = 300)]
     sample: usize,
@@ -95,7 +101,7 @@ pub struct Cli {
     stop_after: Option<usize>,
 }
 
-const DEFAULT_CORPUS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/data/shakespeare/input.txt");
+pub const DEFAULT_CORPUS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/data/shakespeare/input.txt");
 const DEFAULT_OUT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/target/ch15/run");
 const AFTER_HELP: &str = "Examples:\n  cargo run --release --example train\n  \
     cargo run --release --example train -- --corpus my_text.txt --steps 500 --out my_run\n  \
@@ -172,7 +178,11 @@ pub fn run(cli: &Cli, stop: &AtomicUsize) -> Result<u8, String> {
     let vocab =
         CharVocab::from_text(&text).map_err(|e| format!("{}: {e}", cli.corpus.display()))?;
     let ids = vocab.encode(&text).map_err(|e| e.to_string())?;
-    let config = GptConfig::shakespeare(vocab.len());
+    let positions = match &cli.positions {
+        Some(name) => Positions::from_name(name).map_err(|e| e.to_string())?,
+        None => Positions::Learned,
+    };
+    let mut config = GptConfig { positions, ..GptConfig::shakespeare(vocab.len()) };
     let (train, val) = train_and_validation(&ids);
     let t = config.block_size;
     if train.len() < t + 1 || val.len() < 2 {
@@ -218,6 +228,18 @@ pub fn run(cli: &Cli, stop: &AtomicUsize) -> Result<u8, String> {
                     saved_vocab.len(),
                     vocab.len(),
                     cli.corpus.display()
+                ));
+            }
+            if cli.positions.is_none() {
+                config.positions = gpt.config.positions; // the saved run's
+            }
+            if gpt.config.positions != config.positions {
+                return Err(format!(
+                    "{}: this run was trained with {} positions, not {}: leave --positions out \
+                     to resume it",
+                    dir.join("config.json").display(),
+                    gpt.config.positions.name(),
+                    config.positions.name()
                 ));
             }
             if gpt.config != config || state.corpus_chars != text.chars().count() {

@@ -45,8 +45,8 @@ use std::path::{Path, PathBuf};
 
 use attention::AttentionError;
 use attention::gpt::config::GptConfig;
-use attention::gpt::positions::{Positions, RopeScaling};
 use attention::gpt::data::{CharVocab, train_and_validation};
+use attention::gpt::positions::{Positions, RopeScaling};
 use attention::gpt::weights::Gpt;
 use safetensors::Dtype;
 use safetensors::tensor::TensorView;
@@ -436,12 +436,10 @@ fn weights_bytes(path: &Path, gpt: &Gpt<f32>) -> Result<Vec<u8>> {
                 expected,
             });
         }
-        if !gpt.is_trained(&name) && tensor.iter().any(|&x| x != 0.0) {
-            return Err(untrained_shift(path, name));
-        }
         let bytes: Vec<u8> = tensor.iter().flat_map(|x| x.to_le_bytes()).collect();
         data.push((name, expected, bytes));
     }
+    check_untrained(path, gpt)?;
     let views = data.iter().map(|(name, shape, bytes)| {
         let view = TensorView::new(Dtype::F32, shape.clone(), bytes)
             .expect("4 bytes for every number of the shape");
@@ -496,11 +494,7 @@ fn parse_weights(path: &Path, bytes: &[u8], config: GptConfig) -> Result<Gpt<f32
             });
         }
     }
-    for (name, tensor) in gpt.tensors() {
-        if !gpt.is_trained(&name) && tensor.iter().any(|&x| x != 0.0) {
-            return Err(untrained_shift(path, name));
-        }
-    }
+    check_untrained(path, &gpt)?;
     Ok(gpt)
 }
 
@@ -514,15 +508,33 @@ fn stored_numbers(config: &GptConfig) -> Option<usize> {
     config.n_layer.checked_mul(block)?.checked_add(tables)?.checked_add(d.checked_mul(2)?)
 }
 
-/// The error for a shift that is not zero in a model without trained shifts.
-fn untrained_shift(path: &Path, name: String) -> PretrainedError {
-    PretrainedError::TensorValues {
-        path: path.into(),
-        name,
-        problem: "is not zero, but the config has bias = false (shifts that are not \
-                  trained stay zero)"
-            .into(),
+/// An error unless every tensor the model does not train holds what it must: the shifts
+/// of a model without `bias` zero, the position table of fixed positions its sinusoids (or
+/// zeros).
+fn check_untrained(path: &Path, gpt: &Gpt<f32>) -> Result<()> {
+    let c = &gpt.config;
+    let fixed = c.positions.fixed_table::<f32>(c.block_size, c.n_embd).ok().flatten();
+    for (name, tensor) in gpt.tensors() {
+        if gpt.is_trained(&name) {
+            continue;
+        }
+        let problem = match &fixed {
+            Some(table) if name == "transformer.wpe.weight" => (tensor
+                != table.view().into_dyn())
+            .then(|| {
+                format!("is not the table of {} positions, which is fixed", c.positions.name())
+            }),
+            _ => tensor.iter().any(|&x| x != 0.0).then(|| {
+                "is not zero, but the config has bias = false (shifts that are not trained \
+                 stay zero)"
+                    .to_string()
+            }),
+        };
+        if let Some(problem) = problem {
+            return Err(PretrainedError::TensorValues { path: path.into(), name, problem });
+        }
     }
+    Ok(())
 }
 
 fn read_text(path: &Path) -> Result<String> {

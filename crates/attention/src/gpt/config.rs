@@ -117,11 +117,16 @@ impl GptConfig {
         let factor = match scaling {
             RopeScaling::None => 1.0,
             RopeScaling::Linear { factor } | RopeScaling::NtkAware { factor } => factor,
-            RopeScaling::Llama3 { factor, low_freq_factor: low, high_freq_factor: high } => {
-                if !(low > 0.0 && high > low && high.is_finite()) {
+            RopeScaling::Llama3 {
+                factor,
+                low_freq_factor: low,
+                high_freq_factor: high,
+                original,
+            } => {
+                if !(low > 0.0 && high > low && high.is_finite() && original > 0) {
                     return Err(format!(
-                        "Llama 3's scaling needs high_freq_factor > low_freq_factor > 0, \
-                         but they are {high} and {low}"
+                        "Llama 3's scaling needs high_freq_factor > low_freq_factor > 0 and \
+                         original > 0, but they are {high}, {low} and {original}"
                     ));
                 }
                 factor

@@ -441,6 +441,7 @@ mod tests {
     use super::*;
     use crate::gpt::config::GptConfig;
     use crate::gpt::kernels::{Exact, Fast};
+    use crate::gpt::positions::Positions;
     use ndarray::Array2;
     use rand::{SeedableRng, rngs::StdRng};
 
@@ -482,14 +483,17 @@ mod tests {
 
     #[test]
     fn every_step_equals_the_full_pass_on_the_exact_path() {
-        let gpt = Gpt::<f64>::init(config(), &mut StdRng::seed_from_u64(1)).unwrap();
         let t = text(12, 2);
-        let reference = full(&gpt, &Exact, &t);
-        for p in [1, 5, 12] {
-            let cached = through_cache(&gpt, &Exact, &t, p);
-            let worst = (&cached - &reference).iter().fold(0.0_f64, |m, d| m.max(d.abs()));
-            assert!(worst < 1e-12, "prefill {p}: {worst}");
-            assert_eq!(cached, reference, "prefill {p}: not bit for bit");
+        for positions in Positions::all() {
+            let config = GptConfig { positions, ..config() };
+            let gpt = Gpt::<f64>::init(config, &mut StdRng::seed_from_u64(1)).unwrap();
+            let reference = full(&gpt, &Exact, &t);
+            for p in [1, 5, 12] {
+                let cached = through_cache(&gpt, &Exact, &t, p);
+                let worst = (&cached - &reference).iter().fold(0.0_f64, |m, d| m.max(d.abs()));
+                assert!(worst < 1e-12, "{positions:?}, prefill {p}: {worst}");
+                assert_eq!(cached, reference, "{positions:?}, prefill {p}: not bit for bit");
+            }
         }
         // f32 too: the exact path gives the same bits in any float type
         let gpt32 = Gpt::<f32>::init(config(), &mut StdRng::seed_from_u64(1)).unwrap();
@@ -498,14 +502,22 @@ mod tests {
 
     #[test]
     fn the_fast_path_through_the_cache_agrees_to_f32_rounding() {
-        let gpt = Gpt::<f32>::init(config(), &mut StdRng::seed_from_u64(3)).unwrap();
         let t = text(12, 4);
-        let reference = full(&gpt, &Exact, &t);
-        let scale = reference.iter().fold(0.0_f32, |m, v| m.max(v.abs()));
-        for p in [1, 6] {
-            let cached = through_cache(&gpt, &Fast, &t, p);
-            let worst = (&cached - &reference).iter().fold(0.0_f32, |m, d| m.max(d.abs()));
-            assert!(worst <= 1e-5 * scale.max(1.0), "prefill {p}: {worst} (scale {scale})");
+        for positions in Positions::all() {
+            let config = GptConfig { positions, ..config() };
+            let gpt = Gpt::<f32>::init(config, &mut StdRng::seed_from_u64(3)).unwrap();
+            let reference = full(&gpt, &Exact, &t);
+            let scale = reference.iter().fold(0.0_f32, |m, v| m.max(v.abs()));
+            for p in [1, 6] {
+                let cached = through_cache(&gpt, &Fast, &t, p);
+                let worst = (&cached - &reference).iter().fold(0.0_f32, |m, d| m.max(d.abs()));
+                let bound = 1e-5 * scale.max(1.0);
+                assert!(worst <= bound, "{positions:?}, prefill {p}: {worst} (scale {scale})");
+            }
+            // the fast full pass too
+            let fast = full(&gpt, &Fast, &t);
+            let worst = (&fast - &reference).iter().fold(0.0_f32, |m, d| m.max(d.abs()));
+            assert!(worst <= 1e-5 * scale.max(1.0), "{positions:?}, full pass: {worst}");
         }
     }
 

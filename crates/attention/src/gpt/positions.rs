@@ -21,6 +21,7 @@
 use ndarray::{Array2, s};
 
 use super::config::GptConfig;
+use super::weights::Gpt;
 use crate::error::{AttentionError, Result};
 use crate::float::Float;
 use crate::position::{SinusoidLayout, sinusoidal};
@@ -61,8 +62,8 @@ pub enum Positions {
 /// ```
 /// use attention::gpt::positions::{scaled_thetas, RopeScaling};
 ///
-/// let plain = scaled_thetas(8, 10_000.0, RopeScaling::None, 64);
-/// let linear = scaled_thetas(8, 10_000.0, RopeScaling::Linear { factor: 4.0 }, 64);
+/// let plain = scaled_thetas(8, 10_000.0, RopeScaling::None);
+/// let linear = scaled_thetas(8, 10_000.0, RopeScaling::Linear { factor: 4.0 });
 /// assert!(plain.iter().zip(&linear).all(|(p, l)| (l - p / 4.0).abs() < 1e-15));
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
@@ -86,7 +87,7 @@ pub enum RopeScaling {
     },
     /// Llama 3's (`rope_type: "llama3"`): angles whose wavelength is longer than
     /// `T / low_freq_factor` divided by `factor`, those shorter than `T / high_freq_factor`
-    /// kept, and a linear blend between (Llama 3.1: 8, 1, 4).
+    /// kept, and a linear blend between (Llama 3.1: 8, 1, 4, `T` = 8192).
     Llama3 {
         /// How many times the training length to read.
         factor: f64,
@@ -94,6 +95,8 @@ pub enum RopeScaling {
         low_freq_factor: f64,
         /// Wavelengths below `T / high_freq_factor` are kept.
         high_freq_factor: f64,
+        /// `T`, the length the model was trained on.
+        original: usize,
     },
 }
 // ANCHOR_END: rope_scaling
@@ -197,27 +200,23 @@ impl Positions {
 }
 
 /// RoPE's angle per pair of columns, `θ_i = base^(−2i/d_head)` for `i < d_head/2` (chapter
-/// 9's), changed by `scaling` for a model trained on `trained` positions.
+/// 9's), changed by `scaling`.
 ///
 /// ```
 /// use attention::gpt::positions::{scaled_thetas, RopeScaling};
 ///
-/// let plain = scaled_thetas(32, 10_000.0, RopeScaling::None, 64);
-/// let ntk = scaled_thetas(32, 10_000.0, RopeScaling::NtkAware { factor: 4.0 }, 64);
+/// let plain = scaled_thetas(32, 10_000.0, RopeScaling::None);
+/// let ntk = scaled_thetas(32, 10_000.0, RopeScaling::NtkAware { factor: 4.0 });
 /// assert_eq!(ntk[0], plain[0]); // the fastest pair is kept
 /// assert!((ntk[15] - plain[15] / 4.0).abs() < 1e-15); // the slowest is divided by 4
-/// let llama = RopeScaling::Llama3 { factor: 4.0, low_freq_factor: 1.0, high_freq_factor: 4.0 };
-/// let l3 = scaled_thetas(32, 10_000.0, llama, 64);
+/// let llama =
+///     RopeScaling::Llama3 { factor: 4.0, low_freq_factor: 1.0, high_freq_factor: 4.0, original: 64 };
+/// let l3 = scaled_thetas(32, 10_000.0, llama);
 /// assert_eq!(l3[0], plain[0]); // wavelength 2π < 64/4: kept
 /// assert!((l3[15] - plain[15] / 4.0).abs() < 1e-15); // wavelength > 64: divided
 /// ```
 // ANCHOR: scaled_thetas
-pub fn scaled_thetas(
-    d_head: usize,
-    base: f64,
-    scaling: RopeScaling,
-    trained: usize,
-) -> Vec<f64> {
+pub fn scaled_thetas(d_head: usize, base: f64, scaling: RopeScaling) -> Vec<f64> {
     let d = d_head as f64;
     let base = match scaling {
         RopeScaling::NtkAware { factor } => base * factor.powf(d / (d - 2.0)),
@@ -227,10 +226,10 @@ pub fn scaled_thetas(
     match scaling {
         RopeScaling::None | RopeScaling::NtkAware { .. } => thetas.collect(),
         RopeScaling::Linear { factor } => thetas.map(|t| t / factor).collect(),
-        RopeScaling::Llama3 { factor, low_freq_factor, high_freq_factor } => thetas
+        RopeScaling::Llama3 { factor, low_freq_factor, high_freq_factor, original } => thetas
             .map(|t| {
                 let wavelength = 2.0 * std::f64::consts::PI / t;
-                let trained = trained as f64;
+                let trained = original as f64;
                 if wavelength < trained / high_freq_factor {
                     t // fast: turns many times within the trained length; kept
                 } else if wavelength > trained / low_freq_factor {
@@ -259,7 +258,7 @@ impl GptConfig {
     pub fn rope_thetas(&self) -> Option<Vec<f64>> {
         match self.positions {
             Positions::Rope { base, scaling } => {
-                Some(scaled_thetas(self.d_head(), base, scaling, self.block_size))
+                Some(scaled_thetas(self.d_head(), base, scaling))
             }
             _ => None,
         }
@@ -331,3 +330,42 @@ pub fn rotate_qk<A: Float>(
     }
 }
 // ANCHOR_END: rotate_qk
+
+impl<A: Float> Gpt<A> {
+    /// The same model with room for `n` positions, to read texts longer (or shorter) than it
+    /// was trained on: the fixed tables are computed for `n` positions (sinusoids, or zeros);
+    /// RoPE and ALiBi need nothing more. Learned positions can only shrink: the model has no
+    /// vector for a position it never saw, and the error says so.
+    ///
+    /// ```
+    /// use attention::gpt::{config::GptConfig, positions::Positions, weights::Gpt};
+    ///
+    /// let alibi = Gpt::<f32>::zeros(GptConfig { positions: Positions::Alibi, ..GptConfig::shakespeare(71) });
+    /// assert_eq!(alibi.with_context(256).unwrap().wpe.dim(), (256, 128));
+    /// let learned = Gpt::<f32>::zeros(GptConfig::shakespeare(71));
+    /// assert_eq!(
+    ///     learned.with_context(128).unwrap_err().to_string(),
+    ///     "positions: learned positions stop at 64; there is no vector for position 64 onwards"
+    /// );
+    /// ```
+    pub fn with_context(&self, n: usize) -> Result<Gpt<A>> {
+        let c = self.config;
+        let config = GptConfig { block_size: n, ..c };
+        config.validate()?;
+        let wpe = match c.positions.fixed_table(n, c.n_embd)? {
+            Some(table) => table,
+            None if n <= c.block_size => self.wpe.slice(s![..n, ..]).to_owned(),
+            None => {
+                return Err(AttentionError::Invalid {
+                    what: "positions".into(),
+                    problem: format!(
+                        "learned positions stop at {0}; there is no vector for position {0} \
+                         onwards",
+                        c.block_size
+                    ),
+                });
+            }
+        };
+        Ok(Gpt { config, wpe, ..self.clone() })
+    }
+}
