@@ -6,8 +6,12 @@
 //!
 //! - `config.json`: the sizes under `GPT2Config`'s names (`n_embd`, `n_layer`, `n_head`,
 //!   and `n_positions` for the block size), the exact GELU (`"gelu"`), no dropout, the head
-//!   tied to the token table, and one key of ours, `"bias"`, which transformers keeps as it
-//!   is;
+//!   tied to the token table, and keys of ours, which transformers keeps as they are:
+//!   `"bias"`, and chapter 16's `"positions"` (with `"rope_theta"` for RoPE). A model with
+//!   RoPE or ALiBi positions, which GPT-2 does not have, is written under a `model_type` of
+//!   ours (`attention-step-by-step-gpt`), so that transformers refuses it instead of running
+//!   it without them; learned, sinusoidal (fixed, in `wpe`) and no positions are GPT-2's
+//!   computation, and transformers runs them;
 //! - `model.safetensors`: every tensor of [`Gpt::tensors`] as `F32`, under its GPT-2 name;
 //! - `vocab.json`: each character, as a one-character string, and its id.
 //!
@@ -239,11 +243,20 @@ pub fn load(dir: &Path) -> Result<(Gpt<f32>, CharVocab)> {
     Ok((gpt, vocab))
 }
 
-/// `config.json` as transformers' `GPT2Config` would write it for this model.
+/// The `model_type` of a model transformers' GPT-2 would run as it is (learned, fixed or no
+/// positions, all in `wpe`), and of one it would not (RoPE or ALiBi: GPT-2 has neither).
+const GPT2: &str = "gpt2";
+/// See [`GPT2`].
+const OURS: &str = "attention-step-by-step-gpt";
+
+/// `config.json` as transformers' `GPT2Config` would write it for this model; with RoPE or
+/// ALiBi, under a `model_type` transformers does not know, so that it refuses the folder
+/// rather than run it as GPT-2 without its positions.
 fn config_json(c: &GptConfig) -> serde_json::Value {
+    let gpt2 = !matches!(c.positions, Positions::Rope { .. } | Positions::Alibi);
     json!({
-        "model_type": "gpt2",
-        "architectures": ["GPT2LMHeadModel"],
+        "model_type": if gpt2 { GPT2 } else { OURS },
+        "architectures": if gpt2 { json!(["GPT2LMHeadModel"]) } else { json!([]) },
         "vocab_size": c.vocab_size,
         "n_positions": c.block_size,
         "n_ctx": c.block_size,
@@ -313,7 +326,7 @@ fn parse_config(path: &Path, text: &str) -> Result<GptConfig> {
     let value: serde_json::Value =
         serde_json::from_str(text).map_err(|e| refuse(e.to_string()))?;
     match value.get("model_type") {
-        Some(serde_json::Value::String(t)) if t == "gpt2" => {}
+        Some(serde_json::Value::String(t)) if t == GPT2 || t == OURS => {}
         Some(other) => return Err(refuse(format!("model_type is {other}, not \"gpt2\""))),
         None => return Err(refuse("missing field `model_type`".into())),
     }
@@ -426,6 +439,17 @@ fn weights_bytes(path: &Path, gpt: &Gpt<f32>) -> Result<Vec<u8>> {
         }
         .into());
     }
+    if let Positions::Rope { scaling, .. } = config.positions
+        && scaling != RopeScaling::None
+    {
+        return Err(PretrainedError::Config {
+            path: path.into(),
+            message: format!(
+                "RoPE's scaling ({scaling:?}) stretches a trained model to read longer texts; \
+                 it is not part of a checkpoint: save the model without it"
+            ),
+        });
+    }
     let mut data = Vec::new();
     for ((name, tensor), expected) in gpt.tensors().into_iter().zip(config.tensor_shapes()) {
         if tensor.shape() != expected.as_slice() {
@@ -510,7 +534,7 @@ fn stored_numbers(config: &GptConfig) -> Option<usize> {
 
 /// An error unless every tensor the model does not train holds what it must: the shifts
 /// of a model without `bias` zero, the position table of fixed positions its sinusoids (or
-/// zeros).
+/// zeros), to within `1e-6`.
 fn check_untrained(path: &Path, gpt: &Gpt<f32>) -> Result<()> {
     let c = &gpt.config;
     let fixed = c.positions.fixed_table::<f32>(c.block_size, c.n_embd).ok().flatten();
@@ -519,11 +543,15 @@ fn check_untrained(path: &Path, gpt: &Gpt<f32>) -> Result<()> {
             continue;
         }
         let problem = match &fixed {
-            Some(table) if name == "transformer.wpe.weight" => (tensor
-                != table.view().into_dyn())
-            .then(|| {
-                format!("is not the table of {} positions, which is fixed", c.positions.name())
-            }),
+            Some(table) if name == "transformer.wpe.weight" => {
+                // within 1e-6: another machine's sine may round the last bit otherwise
+                let off = tensor.shape() != table.shape()
+                    || tensor.iter().zip(table).any(|(a, b)| (a - b).abs() > 1e-6);
+                off.then(|| {
+                    let kind = c.positions.name();
+                    format!("is not the table of {kind} positions, which is fixed")
+                })
+            }
             _ => tensor.iter().any(|&x| x != 0.0).then(|| {
                 "is not zero, but the config has bias = false (shifts that are not trained \
                  stay zero)"

@@ -376,3 +376,38 @@ fn a_vocabulary_must_number_its_characters_in_order() {
     let err = gpt2::load(dir.path()).unwrap_err().to_string();
     assert!(err.contains(&dir.path().join("config.json").display().to_string()), "{err}");
 }
+
+/// Chapter 16's positions: every kind saves and loads back bit for bit; RoPE and ALiBi under
+/// a `model_type` transformers does not know; a fixed table that was changed is refused;
+/// RoPE's scaling (for reading, not part of a model) is refused.
+#[test]
+fn every_kind_of_positions_round_trips_and_fixed_tables_are_checked() {
+    use attention::gpt::positions::{Positions, RopeScaling};
+    use rand::{SeedableRng, rngs::StdRng};
+    let vocab = CharVocab::from_text("abcde").unwrap();
+    for positions in Positions::all() {
+        let config = GptConfig { positions, ..model(false).config };
+        let gpt = Gpt::<f32>::init(config, &mut StdRng::seed_from_u64(0)).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        gpt2::save(dir.path(), &gpt, &vocab).unwrap();
+        let (back, _) = gpt2::load(dir.path()).unwrap();
+        assert_eq!(back, gpt, "{positions:?}");
+        let json = std::fs::read_to_string(dir.path().join("config.json")).unwrap();
+        let ours = matches!(positions, Positions::Rope { .. } | Positions::Alibi);
+        assert_eq!(json.contains(r#""model_type": "gpt2""#), !ours, "{positions:?}: {json}");
+        assert!(json.contains(&format!(r#""positions": "{}""#, positions.name())));
+        if positions == Positions::Sinusoidal {
+            let mut changed = gpt.clone();
+            changed.wpe[[1, 0]] += 0.01;
+            let err = gpt2::save(dir.path(), &changed, &vocab).unwrap_err().to_string();
+            assert!(err.contains("is not the table of sinusoidal positions"), "{err}");
+        }
+    }
+    let scaled =
+        Positions::Rope { base: 10_000.0, scaling: RopeScaling::Linear { factor: 2.0 } };
+    let config = GptConfig { positions: scaled, ..model(false).config };
+    let gpt = Gpt::<f32>::zeros(config);
+    let dir = tempfile::tempdir().unwrap();
+    let err = gpt2::save(dir.path(), &gpt, &vocab).unwrap_err().to_string();
+    assert!(err.contains("RoPE's scaling"), "{err}");
+}

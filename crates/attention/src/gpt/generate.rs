@@ -20,7 +20,8 @@
 //! [`Writer`] writes on past that: when the text outgrows the model's window, it keeps the
 //! last `block_size / 2` tokens, fills a fresh cache with them, and goes on. Chapter 15's
 //! `sample` slides its window by one token every step instead, which costs a full pass
-//! every step: a cache cannot slide, because learned positions are part of every cached key.
+//! every step: a cache cannot slide when positions are part of every cached key, as learned
+//! and sinusoidal ones are (chapter 16's RoPE, ALiBi or no positions could, with care).
 //!
 //! Anchors (below the doc comments): `gpt_cache`, `prefill_with`, `block_cached`,
 //! `writer`, `writer_next`, `writer_advance`.

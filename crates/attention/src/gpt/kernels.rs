@@ -611,6 +611,9 @@ impl Kernels<f32> for Fast {
 /// row `i`, the query at position `past + i`, gets `−slope·(past + i − j)` on every key
 /// `j ≤ past + i` it sees.
 fn add_alibi(p: &mut [f32], m: usize, past: usize, slope: f64) {
+    if m == 0 {
+        return;
+    }
     for (i, row) in p.chunks_exact_mut(m).enumerate() {
         let query = past + i;
         for (j, s) in row[..=query.min(m - 1)].iter_mut().enumerate() {
