@@ -98,6 +98,8 @@ def main():
     parser.add_argument("--lengths", default="16,32,64,128,256,512,1024", help="prompt lengths, comma-separated (at most 1984)")
     parser.add_argument("--runs", type=int, default=3, help="runs per length and way; the median is reported")
     parser.add_argument("--threads", type=int, default=2, help="threads for both sides")
+    parser.add_argument("--save", metavar="FILE",
+                        help="also write the table as CSV (examples/data/ch16_speed.csv is the book's)")
     args = parser.parse_args()
     lengths = [int(x) for x in args.lengths.split(",")]
     if not lengths or min(lengths) < 1 or max(lengths) > 2048 - NEW or args.runs < 1 or args.threads < 1:
@@ -116,6 +118,27 @@ def main():
             row.append(f"{a:>{width}.1f}  {b:>{width + 3}.1f}  {a / b:>5.2f}")
         print("  ".join(row))
     print("ratio: ours / PyTorch, characters per second (above 1: ours is faster)")
+    if args.save:
+        save(args, lengths, ours, theirs)
+
+
+def save(args, lengths, ours, theirs):
+    """Writes the table as CSV, whole or not at all (a temporary file renamed over FILE)."""
+    lines = [
+        "# chapter 16: python3 tools/bench_generate.py --save examples/data/ch16_speed.csv",
+        f"# CPU: {cpu_summary()}",
+        f"# torch {torch.__version__} on {args.threads} threads, ours on one core; greedy, {NEW} characters written",
+        f"# characters per second, the median of {args.runs} runs after a warm-up",
+        "prompt,ours_cache,torch_cache,ours_no_cache,torch_no_cache",
+    ]
+    for length in lengths:
+        values = [ours[(length, True)], theirs[(length, True)], ours[(length, False)], theirs[(length, False)]]
+        lines.append(",".join([str(length)] + [f"{v:.1f}" for v in values]))
+    temporary = args.save + ".part"
+    with open(temporary, "w", encoding="utf-8") as out:
+        out.write("\n".join(lines) + "\n")
+    os.replace(temporary, args.save)
+    print(f"wrote {args.save}")
 
 
 if __name__ == "__main__":

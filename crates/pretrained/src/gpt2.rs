@@ -7,7 +7,8 @@
 //! - `config.json`: the sizes under `GPT2Config`'s names (`n_embd`, `n_layer`, `n_head`,
 //!   and `n_positions` for the block size), the exact GELU (`"gelu"`), no dropout, the head
 //!   tied to the token table, and keys of ours, which transformers keeps as they are:
-//!   `"bias"`, and chapter 16's `"positions"` (with `"rope_theta"` for RoPE). A model with
+//!   `"bias"`, and chapter 16's `"positions"` for any kind but GPT-2's learned ones (with
+//!   `"rope_theta"` for RoPE). A model with
 //!   RoPE or ALiBi positions, which GPT-2 does not have, is written under a `model_type` of
 //!   ours (`attention-step-by-step-gpt`), so that transformers refuses it instead of running
 //!   it without them; learned, sinusoidal (fixed, in `wpe`) and no positions are GPT-2's
@@ -254,7 +255,7 @@ const OURS: &str = "attention-step-by-step-gpt";
 /// rather than run it as GPT-2 without its positions.
 fn config_json(c: &GptConfig) -> serde_json::Value {
     let gpt2 = !matches!(c.positions, Positions::Rope { .. } | Positions::Alibi);
-    json!({
+    let mut config = json!({
         "model_type": if gpt2 { GPT2 } else { OURS },
         "architectures": if gpt2 { json!(["GPT2LMHeadModel"]) } else { json!([]) },
         "vocab_size": c.vocab_size,
@@ -277,12 +278,15 @@ fn config_json(c: &GptConfig) -> serde_json::Value {
         "eos_token_id": null,
         "dtype": "float32",
         "bias": c.bias,
-        "positions": c.positions.name(),
-        "rope_theta": match c.positions {
-            Positions::Rope { base, .. } => json!(base),
-            _ => serde_json::Value::Null,
-        },
-    })
+    });
+    // GPT-2's own learned positions need no key: its config.json stays transformers' own.
+    if c.positions != Positions::Learned {
+        config["positions"] = json!(c.positions.name());
+    }
+    if let Positions::Rope { base, .. } = c.positions {
+        config["rope_theta"] = json!(base);
+    }
+    config
 }
 
 /// The keys of `config.json` this crate reads; serde names a missing one.

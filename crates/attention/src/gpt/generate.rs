@@ -20,8 +20,9 @@
 //! [`Writer`] writes on past that: when the text outgrows the model's window, it keeps the
 //! last `block_size / 2` tokens, fills a fresh cache with them, and goes on. Chapter 15's
 //! `sample` slides its window by one token every step instead, which costs a full pass
-//! every step: a cache cannot slide when positions are part of every cached key, as learned
-//! and sinusoidal ones are (chapter 16's RoPE, ALiBi or no positions could, with care).
+//! every step: a cache slid by one token would not give that pass, whatever the positions,
+//! because every cached key above the first block was computed with the dropped token in
+//! view (and learned positions have no vector past `block_size`).
 //!
 //! Anchors (below the doc comments): `gpt_cache`, `prefill_with`, `block_cached`,
 //! `writer`, `writer_next`, `writer_advance`.
@@ -107,12 +108,20 @@ impl<A: Float> Gpt<A> {
     /// assert_eq!(gpt.new_cache().unwrap().blocks()[3].slots(), 64);
     /// ```
     pub fn new_cache(&self) -> Result<GptCache<A>> {
+        self.cache_with_room(self.config.block_size)
+    }
+
+    /// An empty cache with room for `slots` tokens (at most `block_size`): a full pass that
+    /// throws its cache away needs no more room than its text.
+    // ANCHOR: cache_with_room
+    fn cache_with_room(&self, slots: usize) -> Result<GptCache<A>> {
         let c = &self.config;
         let blocks = (0..c.n_layer)
-            .map(|_| KvCache::new(c.n_head, c.d_head(), c.block_size))
+            .map(|_| KvCache::new(c.n_head, c.d_head(), slots.min(c.block_size)))
             .collect::<Result<_>>()?;
         Ok(GptCache { blocks })
     }
+    // ANCHOR_END: cache_with_room
 
     /// Runs `tokens`, the next tokens of a text whose earlier tokens `cache` holds, through
     /// the model at positions `cache.position()` onwards, and appends their keys and values
@@ -180,6 +189,7 @@ impl<A: Float> Gpt<A> {
     /// let full = gpt.logits(&array![[3, 1, 4]].view()).unwrap();
     /// assert_eq!(steps[2], full.slice(ndarray::s![0, 2, ..]));
     /// ```
+    // ANCHOR: step_with
     pub fn step_with<K: Kernels<A>>(
         &self,
         k: &K,
@@ -189,6 +199,7 @@ impl<A: Float> Gpt<A> {
         let logits = self.prefill_with(k, cache, &[token])?;
         Ok(logits.row(0).to_owned())
     }
+    // ANCHOR_END: step_with
 
     /// One block for the new tokens `x: (n, d)`: chapter 15's block, except that attention
     /// reads every key and value from the cache, the new tokens' appended first.
@@ -226,6 +237,7 @@ impl<A: Float> Gpt<A> {
     // ANCHOR_END: block_cached
 
     /// Checks, before anything is appended, that `tokens` can go into `cache`.
+    // ANCHOR: check_cache
     fn check_cache(&self, cache: &GptCache<A>, tokens: &[usize]) -> Result<()> {
         let c = &self.config;
         c.validate()?;
@@ -233,8 +245,9 @@ impl<A: Float> Gpt<A> {
         let fits = cache.blocks.len() == c.n_layer
             && cache.blocks.iter().all(|kv| {
                 let (heads, _, d_head) = kv.keys().dim();
-                (heads, d_head, kv.slots(), kv.window(), kv.position())
-                    == (c.n_head, c.d_head(), c.block_size, None, position)
+                (heads, d_head, kv.window(), kv.position())
+                    == (c.n_head, c.d_head(), None, position)
+                    && kv.slots() <= c.block_size
             });
         if !fits {
             return Err(AttentionError::Invalid {
@@ -259,6 +272,7 @@ impl<A: Float> Gpt<A> {
             None => Ok(()),
         }
     }
+    // ANCHOR_END: check_cache
 }
 
 /// A text being written: the prompt and every token drawn so far, and the model's prediction
@@ -362,7 +376,7 @@ impl<'a, A: Float, K: Kernels<A>> Writer<'a, A, K> {
     fn advance(&mut self) -> Result<Array1<A>> {
         let start = self.window_start();
         if start != self.start {
-            let logits = self.refill(start)?; // the window was full: start again from its last half
+            let logits = self.refill(start)?; // the window was full: start from its last half
             self.start = start;
             return Ok(logits);
         }
@@ -376,6 +390,7 @@ impl<'a, A: Float, K: Kernels<A>> Writer<'a, A, K> {
 
     /// The prediction after `text[start..]` from scratch: a fresh cache filled by one
     /// prefill (kept only if it succeeds), or one full pass.
+    // ANCHOR: refill
     fn refill(&mut self, start: usize) -> Result<Array1<A>> {
         let window = &self.text[start..];
         match &mut self.cache {
@@ -388,16 +403,19 @@ impl<'a, A: Float, K: Kernels<A>> Writer<'a, A, K> {
             None => self.full_pass(start),
         }
     }
+    // ANCHOR_END: refill
 
     /// The last row of the logits of one full causal pass over `text[start..]`: a prefill
     /// into a cache thrown away after it, which is the pass [`Gpt::logits_with`] makes (the
     /// tests check it, bit for bit on the exact path) without keeping what training needs.
+    // ANCHOR: full_pass
     fn full_pass(&self, start: usize) -> Result<Array1<A>> {
         let window = &self.text[start..];
-        let logits =
-            self.gpt.prefill_with(self.kernels, &mut self.gpt.new_cache()?, window)?;
+        let mut scratch = self.gpt.cache_with_room(window.len())?;
+        let logits = self.gpt.prefill_with(self.kernels, &mut scratch, window)?;
         Ok(logits.row(window.len() - 1).to_owned())
     }
+    // ANCHOR_END: full_pass
 
     /// The text so far: the prompt, then every token written.
     ///
@@ -427,6 +445,7 @@ impl<'a, A: Float, K: Kernels<A>> Writer<'a, A, K> {
 
     /// Where the window starts once the last token is in: where it starts now, or, if the
     /// text outgrew it, `block_size / 2` tokens before the end.
+    // ANCHOR: window_start
     fn window_start(&self) -> usize {
         let block_size = self.gpt.config.block_size;
         if self.text.len() - self.start > block_size {
@@ -435,6 +454,7 @@ impl<'a, A: Float, K: Kernels<A>> Writer<'a, A, K> {
             self.start
         }
     }
+    // ANCHOR_END: window_start
 }
 
 #[cfg(test)]
@@ -573,6 +593,10 @@ mod tests {
         let other = Gpt::<f64>::zeros(GptConfig { n_head: 2, ..config() });
         let err = other.prefill_with(&Exact, &mut cache, &[1]).unwrap_err().to_string();
         assert!(err.starts_with("cache: it was made for another model"), "{err}");
+        let longer = Gpt::<f64>::zeros(GptConfig { block_size: 24, ..config() });
+        let err =
+            gpt.prefill_with(&Exact, &mut longer.new_cache().unwrap(), &[1]).unwrap_err();
+        assert!(err.to_string().starts_with("cache: it was made for another model"));
         assert_eq!(cache, before);
     }
 
