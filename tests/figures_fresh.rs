@@ -88,6 +88,7 @@ chapters! {
     ch13 => "../examples/ch13_real_model.rs",
     ch14 => "../examples/ch14_gpu.rs",
     ch15 => "../examples/ch15_writing.rs",
+    ch16 => "../examples/ch16_writing.rs",
 }
 
 #[path = "../examples/common/mod.rs"]

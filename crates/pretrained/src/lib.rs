@@ -40,6 +40,7 @@ mod config;
 mod error;
 pub mod gpt2;
 pub mod study;
+pub mod writing;
 mod tokenizer;
 mod weights;
 

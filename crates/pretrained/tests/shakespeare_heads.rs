@@ -15,12 +15,9 @@
 //! training, no induction heads. Removing a head costs 0.012 to 0.162 nats (the most:
 //! block 0, head 3) on a loss of 1.910.
 
-use attention::gpt::data::train_and_validation;
-use attention::gpt::heads::{
-    Pattern, ablation, pattern_scores, repeated_random, uniform_baseline,
-};
-use attention::gpt::kernels::{Exact, Fast};
-use ndarray::{Array2, s};
+use attention::gpt::heads::Pattern;
+use ndarray::Array2;
+use pretrained::writing::{HeadStudy, head_study};
 use pretrained::{gpt2, shakespeare_dir};
 
 fn show(name: &str, t: &Array2<f64>, baseline: f64) {
@@ -30,32 +27,22 @@ fn show(name: &str, t: &Array2<f64>, baseline: f64) {
     }
 }
 
-/// The largest entry and its (block, head).
-fn best(t: &Array2<f64>) -> ((usize, usize), f64) {
-    t.indexed_iter()
-        .map(|(i, &v)| (i, v))
-        .fold(((0, 0), f64::MIN), |b, x| if x.1 > b.1 { x } else { b })
+fn study() -> HeadStudy {
+    let (gpt, vocab) = gpt2::load(&shakespeare_dir()).unwrap();
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../data/shakespeare/input.txt");
+    head_study(&gpt, &vocab, &std::fs::read_to_string(path).unwrap()).unwrap()
 }
 
 #[test]
 fn the_heads_are_soft_with_no_sink_and_no_induction() {
-    let (gpt, vocab) = gpt2::load(&shakespeare_dir()).unwrap();
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../data/shakespeare/input.txt");
-    let ids = vocab.encode(&std::fs::read_to_string(path).unwrap()).unwrap();
-    let held_out = &train_and_validation(&ids).1[..64 * 100];
-    let texts: Vec<(Vec<usize>, Vec<char>)> = held_out
-        .chunks_exact(64)
-        .map(|w| (w.to_vec(), vocab.decode(w).chars().collect()))
-        .collect();
-    let chars: Vec<Vec<char>> = texts.iter().map(|(_, c)| c.clone()).collect();
-    let mut found = vec![];
-    for pattern in Pattern::ON_TEXT {
-        let scores = pattern_scores(&gpt, &Exact, &texts, pattern).unwrap();
-        let baseline = uniform_baseline(&chars, pattern);
-        show(&format!("{pattern:?}"), &scores, baseline);
-        found.push((pattern, best(&scores), baseline));
+    let study = study();
+    for p in &study.patterns {
+        show(&format!("{:?}", p.pattern), &p.scores, p.even);
     }
-    let get = |p: Pattern| found.iter().find(|f| f.0 == p).map(|f| (f.1, f.2)).unwrap();
+    let get = |pattern: Pattern| {
+        let p = study.patterns.iter().find(|p| p.pattern == pattern).unwrap();
+        (p.best(), p.even)
+    };
     let ((at, previous), even) = get(Pattern::Previous);
     assert_eq!(at, (1, 0));
     assert!((previous - 0.312).abs() < 5e-4 && previous > 3.0 * even, "{previous} {even}");
@@ -70,52 +57,23 @@ fn the_heads_are_soft_with_no_sink_and_no_induction() {
 
     // A random string of letters written twice: an induction head would look from each
     // letter of the copy to the letter after its first occurrence.
-    let letters: Vec<char> = ('a'..='z').collect();
-    let twice: Vec<(Vec<usize>, Vec<char>)> = repeated_random(&letters, 50, 32, 0)
-        .into_iter()
-        .map(|c| (vocab.encode(&c.iter().collect::<String>()).unwrap(), c))
-        .collect();
-    let prefix = pattern_scores(&gpt, &Exact, &twice, Pattern::PrefixMatch).unwrap();
-    let chars: Vec<Vec<char>> = twice.iter().map(|(_, c)| c.clone()).collect();
-    show("PrefixMatch", &prefix, uniform_baseline(&chars, Pattern::PrefixMatch));
-    let even = uniform_baseline(&chars, Pattern::PrefixMatch);
-    assert!(best(&prefix).1 < even, "no head matches prefixes: {prefix}");
+    let ((_, prefix), even) = get(Pattern::PrefixMatch);
+    assert!(prefix < even, "no head matches prefixes: {prefix} against {even}");
     // and the model does not predict the copy better than the first half
-    let (first, second) = halves_loss(&gpt, &twice);
+    let (first, second) = study.halves;
     println!(
         "random string: {first:.3} nats a letter in its first half, {second:.3} in its copy"
     );
     assert!(second > first - 0.1, "{first} {second}");
 
-    let (rise, full) = ablation(&gpt, &Fast, held_out).unwrap();
-    show(&format!("loss rise without each head (all heads: {full:.4})"), &rise, 0.0);
-    let (at, most) = best(&rise);
-    assert_eq!(at, (0, 3));
-    assert!((most - 0.162).abs() < 2e-3 && rise.iter().all(|&r| r > 0.0), "{rise}");
-}
-
-/// The mean loss predicting the characters of each text's first half and of its copy.
-fn halves_loss(
-    gpt: &attention::gpt::weights::Gpt<f32>,
-    texts: &[(Vec<usize>, Vec<char>)],
-) -> (f64, f64) {
-    let (mut first, mut second, mut n) = (0.0, 0.0, (0, 0));
-    for (ids, _) in texts {
-        let half = ids.len() / 2;
-        let x =
-            Array2::from_shape_vec((1, ids.len() - 1), ids[..ids.len() - 1].to_vec()).unwrap();
-        let logits = gpt.logits_with(&Exact, &x.view()).unwrap();
-        for i in 0..ids.len() - 1 {
-            let row = logits.slice(s![0, i, ..]);
-            let max = row.iter().fold(f32::MIN, |m, &v| m.max(v)) as f64;
-            let lse = max + row.iter().map(|&v| (f64::from(v) - max).exp()).sum::<f64>().ln();
-            let loss = lse - f64::from(row[ids[i + 1]]);
-            if i + 1 < half {
-                (first, n.0) = (first + loss, n.0 + 1);
-            } else {
-                (second, n.1) = (second + loss, n.1 + 1);
-            }
-        }
-    }
-    (first / n.0 as f64, second / n.1 as f64)
+    let rise = &study.rise;
+    show(&format!("loss rise without each head (all heads: {:.4})", study.loss), rise, 0.0);
+    let most = rise.indexed_iter().fold(
+        ((0, 0), f64::MIN),
+        |b, (i, &v)| {
+            if v > b.1 { (i, v) } else { b }
+        },
+    );
+    assert_eq!(most.0, (0, 3));
+    assert!((most.1 - 0.162).abs() < 2e-3 && rise.iter().all(|&r| r > 0.0), "{rise}");
 }

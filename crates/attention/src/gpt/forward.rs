@@ -234,6 +234,7 @@ impl<A: Float> Gpt<A> {
     /// assert_eq!((weights.len(), weights[1].dim()), (2, (1, 2, 3, 3)));
     /// assert_eq!(weights[0][[0, 0, 2, 1]], 1.0 / 3.0); // equal scores: a uniform average
     /// ```
+    // ANCHOR: attention_weights_with
     pub fn attention_weights_with<K: Kernels<A>>(
         &self,
         k: &K,
@@ -242,6 +243,7 @@ impl<A: Float> Gpt<A> {
         let (_, tape) = self.forward_tape(k, tokens)?;
         Ok(tape.blocks.into_iter().map(|b| b.weights).collect())
     }
+    // ANCHOR_END: attention_weights_with
 
     /// The forward pass, keeping what the backward pass needs; logits `(B·T, V)`.
     // ANCHOR: gpt_forward

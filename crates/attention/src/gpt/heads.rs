@@ -97,6 +97,7 @@ impl Pattern {
 /// The positions of the speaker's name for query `i`: the line `NAME:` that opens the
 /// speech `i` is in, found by going back line by line to a line that ends in `:` and is
 /// preceded by a blank line or the window's start (no blank line on the way).
+// ANCHOR: heads_plumbing
 fn speaker(text: &[char], i: usize) -> Vec<usize> {
     // the line i is on starts after the last newline before it
     let mut end = match text[..i].iter().rposition(|&c| c == '\n') {
@@ -123,6 +124,7 @@ fn speaker(text: &[char], i: usize) -> Vec<usize> {
         end = start - 1;
     }
 }
+// ANCHOR_END: heads_plumbing
 
 /// Every head's score for `pattern` over `texts` (each at most `block_size` characters,
 /// as ids with their characters): `(n_layer, n_head)`, the weight on the pattern's keys

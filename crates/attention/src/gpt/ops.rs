@@ -227,6 +227,7 @@ fn alibi_sdpa<A: Float>(
 // ANCHOR_END: alibi_sdpa
 
 /// An error unless there is one ALiBi slope per head.
+// ANCHOR: check_slopes
 pub(super) fn check_slopes(slopes: &[f64], heads: usize) -> Result<()> {
     if slopes.len() != heads {
         let expected = format!("one slope per head, {heads}, was expected");
@@ -234,6 +235,7 @@ pub(super) fn check_slopes(slopes: &[f64], heads: usize) -> Result<()> {
     }
     Ok(())
 }
+// ANCHOR_END: check_slopes
 
 /// Causal attention of the `n` newest tokens over a KV cache that already holds them: `q:
 /// (n, d)` their queries, heads side by side; `keys`, `values`: `(heads, m, d_head)`, `m ≥ n`,
@@ -282,6 +284,7 @@ pub fn cached_attention<A: Float>(
 // ANCHOR_END: cached_attention
 
 /// `(n, m)` for [`cached_attention`], or an error naming the shape at fault.
+// ANCHOR: cached_sizes
 pub(super) fn cached_sizes<A>(
     q: &ArrayView2<A>,
     keys: &ArrayView3<A>,
@@ -306,6 +309,7 @@ pub(super) fn cached_sizes<A>(
     }
     Ok((n, m))
 }
+// ANCHOR_END: cached_sizes
 
 /// The backward pass of [`causal_attention`]: from the same `qkv`, the forward pass's
 /// weights and the gradient of the merged output `(B·T, d)`, the gradient of `qkv`, in its

@@ -190,9 +190,11 @@ impl Positions {
     ///
     /// assert!(Positions::Learned.learned() && !Positions::Sinusoidal.learned());
     /// ```
+    // ANCHOR: learned
     pub fn learned(&self) -> bool {
         matches!(self, Positions::Learned)
     }
+    // ANCHOR_END: learned
 
     /// What `wpe` holds for `len` positions when it is not trained: chapter 9's sinusoids
     /// times [`SINUSOID_SCALE`], or zeros. `None` for learned positions, whose vectors only
@@ -208,6 +210,7 @@ impl Positions {
     /// assert_eq!(table.row(0).to_vec(), [0.0, s, 0.0, s]); // sin 0, cos 0, …
     /// assert!(Positions::Learned.fixed_table::<f64>(3, 4).unwrap().is_none());
     /// ```
+    // ANCHOR: fixed_table
     pub fn fixed_table<A: Float>(&self, len: usize, d: usize) -> Result<Option<Array2<A>>> {
         Ok(match self {
             Positions::Learned => None,
@@ -218,6 +221,7 @@ impl Positions {
             _ => Some(Array2::zeros((len, d))),
         })
     }
+    // ANCHOR_END: fixed_table
 }
 
 /// RoPE's angle per pair of columns, `θ_i = base^(−2i/d_head)` for `i < d_head/2` (chapter
@@ -276,6 +280,7 @@ impl GptConfig {
     /// assert_eq!(c.rope_thetas().unwrap().len(), 16); // d_head = 32: 16 pairs
     /// assert!(GptConfig::shakespeare(71).rope_thetas().is_none());
     /// ```
+    // ANCHOR: rope_thetas
     pub fn rope_thetas(&self) -> Option<Vec<f64>> {
         match self.positions {
             Positions::Rope { base, scaling } => {
@@ -284,6 +289,7 @@ impl GptConfig {
             _ => None,
         }
     }
+    // ANCHOR_END: rope_thetas
 
     /// ALiBi's slope per head (chapter 9's), or `None` without ALiBi.
     ///
@@ -293,6 +299,7 @@ impl GptConfig {
     /// let c = GptConfig { positions: Positions::Alibi, ..GptConfig::shakespeare(71) };
     /// assert_eq!(c.alibi_slopes().unwrap(), [0.25, 0.0625, 0.015625, 0.00390625]);
     /// ```
+    // ANCHOR: alibi_slopes
     pub fn alibi_slopes(&self) -> Option<Vec<f64>> {
         match self.positions {
             Positions::Alibi => {
@@ -301,6 +308,7 @@ impl GptConfig {
             _ => None,
         }
     }
+    // ANCHOR_END: alibi_slopes
 }
 
 /// Rotates, in place, the queries and keys in `qkv: (B·T, 3d)` (row `b·T + i` the token at
@@ -378,6 +386,7 @@ impl<A: Float> Gpt<A> {
     ///     "positions: learned positions stop at 64; there is no vector for position 64 onwards"
     /// );
     /// ```
+    // ANCHOR: with_context
     pub fn with_context(&self, n: usize) -> Result<Gpt<A>> {
         let c = self.config;
         let config = GptConfig { block_size: n, ..c };
@@ -398,6 +407,7 @@ impl<A: Float> Gpt<A> {
         };
         Ok(Gpt { config, wpe, ..self.clone() })
     }
+    // ANCHOR_END: with_context
 }
 
 #[cfg(test)]

@@ -307,6 +307,7 @@ impl Sampler {
 }
 
 /// The index of the largest entry, the first among equals.
+// ANCHOR: sample_plumbing
 fn argmax<A: Float>(logits: &[A]) -> usize {
     let mut best = 0;
     for (i, &v) in logits.iter().enumerate() {
@@ -316,6 +317,7 @@ fn argmax<A: Float>(logits: &[A]) -> usize {
     }
     best
 }
+// ANCHOR_END: sample_plumbing
 
 #[cfg(test)]
 mod tests {

@@ -22,3 +22,4 @@ mod ch12;
 mod ch13;
 mod ch14;
 mod ch15;
+mod ch16;
