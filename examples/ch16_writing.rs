@@ -8,6 +8,8 @@
 //!
 //! Prints what the chapter quotes (the same text goes to `ch16_output.txt`, the samples to
 //! `ch16_samples.txt`) and draws `ch16_writer.svg` (the writer's window and cache over time),
+//! `ch16_head_grid.png` and `ch16_head_view.js` (every head's weights on a passage the model
+//! wrote: the static picture, and the data of the interactive head view),
 //! `ch16_heads.png` (every head's score for each pattern beside an even spread's),
 //! `ch16_speed.png` (characters per second against the prompt's length, with and without the
 //! cache, beside PyTorch) and `ch16_positions.png` (validation loss at and past the training
@@ -34,7 +36,7 @@ use attention::gpt::kernels::Exact;
 use attention::gpt::sample::Sampler;
 use attention::gpt::weights::Gpt;
 use figures::diagram::{Color, Diagram, Grid, Style, TextStyle};
-use figures::{Axis, BarChart, LineChart};
+use figures::{Axis, BarChart, HeadView, HeatmapGrid, LineChart, Panel, ValueRange};
 use pretrained::writing::{self, HeadStudy};
 use rand::{SeedableRng, rngs::StdRng};
 
@@ -84,6 +86,11 @@ pub fn render_figures(out_dir: &Path) -> Result<Vec<PathBuf>, Box<dyn Error>> {
     let positions = Positions::parse(POSITIONS_CSV)?;
 
     let writer = writer_diagram()?.save(out_dir.join("ch16_writer.svg"))?;
+    let passage = view_passage(&gpt, &vocab)?;
+    let weights = writing::attention_on(&gpt, &vocab, &passage)?;
+    let grid = head_grid(&weights, &passage).save(out_dir.join("ch16_head_grid.png"))?;
+    let view = out_dir.join("ch16_head_view.js");
+    head_view(&weights, &passage)?.write_data_script(&view)?;
     let heads = heads_chart(&study).save(out_dir.join("ch16_heads.png"))?;
     let speed_png = speed.chart().save(out_dir.join("ch16_speed.png"))?;
     let positions_png = positions.chart().save(out_dir.join("ch16_positions.png"))?;
@@ -97,7 +104,7 @@ pub fn render_figures(out_dir: &Path) -> Result<Vec<PathBuf>, Box<dyn Error>> {
     speed.report(&mut report);
     positions.report(&mut report);
     std::fs::write(&text, report)?;
-    Ok(vec![writer, heads, speed_png, positions_png, samples, text])
+    Ok(vec![writer, grid, view, heads, speed_png, positions_png, samples, text])
 }
 
 // ---------------------------------------------------------------------------------------
@@ -179,6 +186,61 @@ fn sampling_report(out: &mut String) -> Result<(), Box<dyn Error>> {
 
 // ---------------------------------------------------------------------------------------
 // The heads.
+
+/// Characters of the passage the head view shows.
+const VIEW_LENGTH: usize = 40;
+
+/// The passage the head view shows: the prompt and the start of what the model wrote after
+/// it at temperature 0.8 (the samples' seed), on the exact path.
+fn view_passage(
+    gpt: &Gpt<f32>,
+    vocab: &attention::gpt::data::CharVocab,
+) -> Result<String, Box<dyn Error>> {
+    let sampler = Sampler { temperature: 0.8, ..Sampler::default() };
+    let n = VIEW_LENGTH - PROMPT.chars().count();
+    let w = writing::write_with(gpt, vocab, PROMPT, n, &sampler, SEED, true)?;
+    Ok(format!("{PROMPT}{}", w.text))
+}
+
+/// A character as the head view labels it: a space as `␣`, a newline as `↵`.
+fn shown(c: char) -> String {
+    match c {
+        ' ' => "␣".to_string(),
+        '\n' => "↵".to_string(),
+        c => c.to_string(),
+    }
+}
+
+/// The 4 × 4 grid of every head's weights on `passage`, one panel per head (`block.head`).
+fn head_grid(weights: &[ndarray::Array3<f32>], passage: &str) -> HeatmapGrid {
+    let title = format!(
+        "Every head (block.head) on {:?}: rows = queries, columns = keys",
+        passage.replace('\n', " ")
+    );
+    let mut grid = HeatmapGrid::new().title(title);
+    for (b, block) in weights.iter().enumerate() {
+        for (h, w) in block.outer_iter().enumerate() {
+            grid = grid.panel(Panel::new(&w.mapv(f64::from)).title(format!("{b}.{h}")));
+        }
+    }
+    grid.columns(weights[0].shape()[0])
+        .range(ValueRange::Fixed(0.0, 1.0))
+        .colorbar_label("attention weight")
+}
+
+/// The data of the interactive head view, opening on block 1's head 0, the strongest
+/// previous-character head.
+fn head_view(weights: &[ndarray::Array3<f32>], passage: &str) -> Result<HeadView, Box<dyn Error>> {
+    let tokens: Vec<String> = passage.chars().map(shown).collect();
+    let mut view = HeadView::new("ch16", &tokens, &tokens)
+        .title(&passage.replace('\n', " ↵ "))
+        .axis_names("block", "head")
+        .start(1, Some(0));
+    for (b, w) in weights.iter().enumerate() {
+        view = view.layer(&format!("block {b}"), w.mapv(f64::from).view())?;
+    }
+    Ok(view)
+}
 
 fn pattern_name(p: Pattern) -> &'static str {
     match p {

@@ -7,7 +7,7 @@
 //! Everything here runs on the exact path ([`Exact`]), so it gives the same bits on every
 //! machine.
 
-use ndarray::{Array2, s};
+use ndarray::{Array2, Array3, Axis, s};
 
 use attention::gpt::data::{CharVocab, train_and_validation};
 use attention::gpt::generate::Writer;
@@ -208,4 +208,28 @@ fn halves_loss(gpt: &Gpt<f32>, texts: &[(Vec<usize>, Vec<char>)]) -> Result<(f64
     }
     let n = texts.len() as f64;
     Ok((first / n, second / n))
+}
+
+/// Every block's attention weights `(n_head, L, L)` when `gpt` reads `text` (at most
+/// `block_size` characters) in one causal pass, on the exact path: what the chapter's head
+/// view draws.
+///
+/// ```
+/// use pretrained::{gpt2, shakespeare_dir, writing};
+///
+/// let (gpt, vocab) = gpt2::load(&shakespeare_dir()).unwrap();
+/// let weights = writing::attention_on(&gpt, &vocab, "ROMEO:\n").unwrap();
+/// assert_eq!((weights.len(), weights[0].dim()), (4, (4, 7, 7)));
+/// assert_eq!(weights[2][[1, 0, 0]], 1.0); // the first character sees only itself
+/// assert!(writing::attention_on(&gpt, &vocab, &"a".repeat(65)).is_err()); // 64 positions
+/// ```
+pub fn attention_on(
+    gpt: &Gpt<f32>,
+    vocab: &CharVocab,
+    text: &str,
+) -> Result<Vec<Array3<f32>>> {
+    let ids = vocab.encode(text)?;
+    let x = Array2::from_shape_vec((1, ids.len()), ids).expect("one row");
+    let weights = gpt.attention_weights_with(&Exact, &x.view())?;
+    Ok(weights.into_iter().map(|w| w.index_axis_move(Axis(0), 0)).collect())
 }
